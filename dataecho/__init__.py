@@ -1,0 +1,40 @@
+"""dataecho: data echoing for input-bound training (Choi et al., 2019).
+
+Stages wrap their upstream and checkpoint with ``state_dict``/``load_state_dict``:
+
+>>> import dataecho
+>>> pipe = dataecho.pipeline(list(range(8)), echo="before_augmentation", factor=2,
+...                          batch_size=4, seed=0)
+>>> batches = list(pipe)
+>>> len(batches), pipe.stats().fresh_examples, pipe.stats().emitted_examples
+(4, 8, 16)
+"""
+
+from .batch import Batch, collate
+from .echo import Echo
+from .iterable import IterableSource, StatefulSource, as_stage
+from .map import Map
+from .pipeline import VARIANTS, pipeline
+from .shuffle import Shuffle
+from .source import Source
+from .stage import Stage
+from .stats import EchoStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "VARIANTS",
+    "Batch",
+    "Echo",
+    "EchoStats",
+    "IterableSource",
+    "Map",
+    "Shuffle",
+    "Source",
+    "Stage",
+    "StatefulSource",
+    "__version__",
+    "as_stage",
+    "collate",
+    "pipeline",
+]

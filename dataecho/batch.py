@@ -1,0 +1,113 @@
+"""The batch stage and its default numpy collate."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from ._checks import check_positive_int
+from .iterable import as_stage
+from .stage import Stage, State
+
+
+def collate(items: Sequence[Any]) -> Any:
+    """Stacks a list of examples field by field into numpy arrays.
+
+    Arrays and numbers are stacked; tuples, lists and dicts are collated per field;
+    anything else is returned as a list.
+
+    Example:
+        >>> import numpy as np
+        >>> x, y = collate([(np.zeros(2), 0), (np.ones(2), 1)])
+        >>> x.shape, y.tolist()
+        ((2, 2), [0, 1])
+    """
+    first = items[0]
+    if isinstance(first, np.ndarray):
+        return np.stack(items)
+    if isinstance(first, numbers.Number | np.generic):
+        return np.asarray(items)
+    if isinstance(first, tuple | list):
+        fields = [collate([item[i] for item in items]) for i in range(len(first))]
+        return tuple(fields) if isinstance(first, tuple) else fields
+    if isinstance(first, Mapping):
+        return {k: collate([item[k] for item in items]) for k in first}
+    return list(items)
+
+
+class Batch(Stage[Any]):
+    """Groups ``batch_size`` consecutive items and collates them.
+
+    Put ``Echo`` after this stage for batch echoing (whole batches repeated), which
+    saves the batching work too but repeats the same examples together; put it before
+    for example echoing.
+
+    Args:
+        upstream: any iterable of examples.
+        batch_size: examples per batch, an int >= 1.
+        drop_last: drop a final partial batch instead of emitting it (the dropped
+            examples were read, so they count as fresh but not as emitted).
+        collate: turns a list of examples into a batch; default :func:`collate`
+            (numpy). Pass ``list`` to keep the examples as a list.
+
+    Example:
+        >>> [b.tolist() for b in Batch(range(5), batch_size=2)]
+        [[0, 1], [2, 3], [4]]
+    """
+
+    upstream: Stage[Any]
+
+    def __init__(
+        self,
+        upstream: Iterable[Any],
+        batch_size: int,
+        *,
+        drop_last: bool = False,
+        collate: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        self.upstream = as_stage(upstream)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.drop_last = bool(drop_last)
+        if collate is not None and not callable(collate):
+            raise TypeError(
+                f"collate must be callable as collate(list_of_examples), got "
+                f"{type(collate).__name__}; pass a function or None for the default"
+            )
+        self.collate: Callable[[list[Any]], Any] = collate or _default_collate
+        self.batches = 0  # batches emitted
+        self.examples = 0  # examples in them
+        self.last_size = 0  # examples in the latest batch (read by a batch-echo stage)
+
+    def __next__(self) -> Any:
+        items = list(islice(self.upstream, self.batch_size))
+        if not items or (self.drop_last and len(items) < self.batch_size):
+            raise StopIteration
+        self.batches += 1
+        self.examples += len(items)
+        self.last_size = len(items)
+        return self.collate(items)
+
+    def _config(self) -> dict[str, Any]:
+        name = getattr(self.collate, "__qualname__", type(self.collate).__name__)
+        return {"batch_size": self.batch_size, "drop_last": self.drop_last,
+                "collate": "default" if self.collate is _default_collate else name}
+
+    def _get_state(self) -> State:
+        return {"upstream": self.upstream.state_dict(), "batches": self.batches,
+                "examples": self.examples, "last_size": self.last_size}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.upstream.load_state_dict(state["upstream"])
+        self.batches, self.examples = int(state["batches"]), int(state["examples"])
+        self.last_size = int(state["last_size"])
+
+    def _repr_args(self) -> dict[str, Any]:
+        cfg = self._config()
+        return {k: v for k, v in cfg.items() if not (k == "collate" and v == "default")}
+
+
+_default_collate = collate

@@ -1,0 +1,100 @@
+"""The map stage: a per-item transform, optionally random (augmentation)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from . import _rng
+from ._checks import check_seed
+from .iterable import as_stage
+from .stage import Stage, State
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Map(Stage[U]):
+    """Applies ``fn(item)``, or ``fn(item, rng)`` for random transforms.
+
+    ``rng`` is a ``numpy.random.Generator`` keyed by ``(seed, position)``, where the
+    position counts items this stage has transformed. Placed after an ``Echo``, every
+    copy of an example therefore gets its own augmentation (the paper's "echoing
+    before augmentation"), and reruns reproduce them exactly.
+
+    Args:
+        upstream: any iterable.
+        fn: the transform. It receives the generator when it takes two positional
+            parameters (or when ``random=True``).
+        seed: seed of the per-item generators.
+        random: force (True) or suppress (False) passing the generator.
+
+    Example:
+        >>> stage = Map([1, 2], lambda x, rng: x + int(rng.integers(0, 1)))
+        >>> list(stage)
+        [1, 2]
+    """
+
+    upstream: Stage[Any]
+
+    def __init__(
+        self,
+        upstream: Iterable[T],
+        fn: Callable[..., U],
+        *,
+        seed: int = 0,
+        random: bool | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(
+                f"fn must be callable as fn(item) or fn(item, rng), got "
+                f"{type(fn).__name__}; pass a function"
+            )
+        self.upstream = as_stage(upstream)
+        self.fn = fn
+        self.seed = check_seed(seed)
+        self.random = _takes_rng(fn) if random is None else bool(random)
+        self._position = 0
+
+    def __next__(self) -> U:
+        item = next(self.upstream)
+        position = self._position
+        self._position += 1
+        if self.random:
+            return self.fn(item, _rng.rng(self.seed, _rng.MAP, position))
+        return self.fn(item)
+
+    def _config(self) -> dict[str, Any]:
+        return {"fn": _name(self.fn), "seed": self.seed, "random": self.random}
+
+    def _get_state(self) -> State:
+        return {"upstream": self.upstream.state_dict(), "position": self._position}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.upstream.load_state_dict(state["upstream"])
+        self._position = int(state["position"])
+
+    def _repr_args(self) -> dict[str, Any]:
+        cfg = self._config()
+        return cfg if self.random else {"fn": cfg["fn"]}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" if k == "fn" else f"{k}={v!r}"
+                         for k, v in self._repr_args().items())
+        return f"Map({self.upstream!r}, {args})"
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
+
+
+def _takes_rng(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature take one item
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return False
+    return len(positional) >= 2 and positional[1].default is inspect.Parameter.empty

@@ -1,0 +1,108 @@
+"""One obvious way to build the paper's three echoing variants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from ._checks import check_factor, check_positive_int, check_seed
+from ._rng import derive_seed
+from .batch import Batch
+from .echo import Echo
+from .map import Map
+from .shuffle import Shuffle
+from .source import Source
+from .stage import Stage
+
+Variant = Literal["before_augmentation", "after_augmentation", "batch"]
+VARIANTS: tuple[str, ...] = ("before_augmentation", "after_augmentation", "batch")
+
+
+def pipeline(
+    data: Sequence[Any],
+    *,
+    augment: Callable[..., Any] | None = None,
+    echo: Variant | None = "before_augmentation",
+    factor: float = 2.0,
+    batch_size: int = 128,
+    buffer_size: int | None = None,
+    drop_last: bool = False,
+    collate: Callable[[list[Any]], Any] | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_epochs: int | None = 1,
+    epoch: int = 0,
+    shard_index: int = 0,
+    num_shards: int = 1,
+) -> Stage[Any]:
+    """Builds ``read -> [echo] -> augment -> [echo] -> shuffle -> batch -> [echo]``.
+
+    The three variants of Choi et al. (2019) differ only in where ``Echo`` stands:
+
+    - ``"before_augmentation"``: Source -> Echo -> Map(augment) -> Shuffle -> Batch.
+      Copies of an example get different augmentations; the paper's best variant.
+    - ``"after_augmentation"``: Source -> Map(augment) -> Echo -> Shuffle -> Batch.
+      Copies are identical; also saves the augmentation work.
+    - ``"batch"``: Source -> Map(augment) -> Batch -> Echo [-> Shuffle of batches].
+      Whole batches repeat; saves batching work too.
+    - ``None`` (or ``factor=1``): the baseline, Source -> Map(augment) -> Batch.
+
+    Args:
+        data: map-style data set of decoded examples (the expensive read happens here).
+        augment: ``fn(example)`` or ``fn(example, rng)``; None for no augmentation.
+        echo: the variant, or None for no echoing.
+        factor: echo factor, a real number >= 1 (fractional values allowed).
+        batch_size: examples per batch.
+        buffer_size: items in the shuffle window after the echo stage. Default: ten
+            batches for example echoing, none (1) for batch echoing, where each item is
+            a whole batch. 1 disables the post-echo shuffle.
+        drop_last: drop a final partial batch.
+        collate: batch collate function (default: numpy stacking).
+        shuffle: permute the data set each epoch.
+        seed: the one seed; each stage derives its own stream from it.
+        num_epochs: epochs to read; None for an endless stream.
+        epoch: first epoch.
+        shard_index: this reader's shard (rank * num_workers + worker).
+        num_shards: number of readers.
+
+    Example:
+        >>> import numpy as np
+        >>> data = np.arange(100, dtype=np.float32)
+        >>> p = pipeline(data, echo="batch", factor=2, batch_size=10)
+        >>> sum(1 for _ in p), p.stats().fresh_examples
+        (20, 100)
+    """
+    if echo is not None and echo not in VARIANTS:
+        raise ValueError(
+            f"echo must be one of {', '.join(map(repr, VARIANTS))} or None, got {echo!r}; "
+            "pass echo='before_augmentation' for the paper's best variant"
+        )
+    factor = check_factor(factor)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    seed = check_seed(seed)
+    if buffer_size is None:
+        example_level = echo in ("before_augmentation", "after_augmentation")
+        buffer_size = 10 * batch_size if example_level else 1
+    buffer_size = check_positive_int(buffer_size, "buffer_size")
+    if echo is None or factor == 1.0:
+        echo = None
+
+    def sub(tag: int) -> int:  # distinct streams per stage, epoch and shard
+        return derive_seed(seed, tag, shard_index)
+
+    stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
+                               epoch=epoch, shard_index=shard_index, num_shards=num_shards)
+    if echo == "before_augmentation":
+        stage = Echo(stage, factor, seed=sub(1))
+    if augment is not None:
+        stage = Map(stage, augment, seed=sub(2))
+    if echo == "after_augmentation":
+        stage = Echo(stage, factor, seed=sub(1))
+    if echo in ("before_augmentation", "after_augmentation") and buffer_size > 1:
+        stage = Shuffle(stage, buffer_size, seed=sub(3))
+    stage = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
+    if echo == "batch":
+        stage = Echo(stage, factor, seed=sub(1))
+        if buffer_size > 1:
+            stage = Shuffle(stage, buffer_size, seed=sub(3))
+    return stage

@@ -1,0 +1,157 @@
+"""The source stage: reads a map-style data set in a per-epoch order, one shard of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from . import _rng
+from ._checks import check_positive_int, check_seed
+from .stage import Stage, State
+
+T = TypeVar("T")
+
+
+class Source(Stage[T]):
+    """Yields ``data[i]`` in a per-epoch permutation, restricted to one shard.
+
+    The order of epoch ``e`` is a pure function of ``(seed, e)``; shard ``k`` of ``n``
+    takes positions ``k, k + n, ...`` of it, so shards are disjoint and together read
+    every example exactly once per epoch. Give DataLoader worker ``w`` of rank ``r``
+    the shard ``r * num_workers + w`` of ``world_size * num_workers``.
+
+    Args:
+        data: a map-style data set (``len`` and integer indexing), e.g. a list, a
+            numpy array or a ``torch.utils.data.Dataset``. Indexing it is the expensive
+            read/decode step that echoing saves.
+        shuffle: permute each epoch (else read in index order).
+        seed: the permutation seed.
+        num_epochs: epochs to read before stopping; ``None`` reads forever.
+        epoch: the first epoch (e.g. from ``set_epoch``).
+        shard_index: which shard this reader takes, in ``[0, num_shards)``.
+        num_shards: how many readers share the data (ranks times workers).
+        drop_remainder: drop ``len(data) % num_shards`` examples of each epoch (a
+            different few each epoch) so that every shard has the same length, which
+            DDP needs for equal step counts. Off by default: nothing is dropped.
+
+    Example:
+        >>> list(Source(range(6), shuffle=False, shard_index=1, num_shards=2))
+        [1, 3, 5]
+    """
+
+    def __init__(
+        self,
+        data: Sequence[T],
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_epochs: int | None = 1,
+        epoch: int = 0,
+        shard_index: int = 0,
+        num_shards: int = 1,
+        drop_remainder: bool = False,
+    ) -> None:
+        if not (hasattr(data, "__len__") and hasattr(data, "__getitem__")):
+            raise TypeError(
+                f"data must be a map-style data set with len() and integer indexing, got "
+                f"{type(data).__name__}; for a stream use dataecho.Echo(iterable, ...) "
+                "directly, or materialise it with list(...)"
+            )
+        self.data = data
+        self.size = len(data)
+        if self.size == 0:
+            raise ValueError("data is empty (len(data) == 0); pass a data set with examples")
+        self.shuffle = bool(shuffle)
+        self.seed = check_seed(seed)
+        self.num_epochs = None if num_epochs is None else check_positive_int(
+            num_epochs, "num_epochs")
+        self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self.num_shards = check_positive_int(num_shards, "num_shards")
+        self.shard_index = check_positive_int(shard_index, "shard_index", minimum=0)
+        if self.shard_index >= self.num_shards:
+            raise ValueError(
+                f"shard_index must be in [0, num_shards={self.num_shards}), got "
+                f"{self.shard_index}; pass rank * num_workers + worker_id"
+            )
+        self.drop_remainder = bool(drop_remainder)
+        usable = self.size - self.size % self.num_shards if drop_remainder else self.size
+        if usable <= self.shard_index:
+            raise ValueError(
+                f"data has {self.size} examples, too few for num_shards={self.num_shards}: "
+                f"shard {self.shard_index} would be empty; use fewer workers or ranks"
+            )
+        self._cfg = {"size": self.size, "shuffle": self.shuffle, "seed": self.seed,
+                     "num_epochs": self.num_epochs, "epoch": self.first_epoch,
+                     "shard_index": self.shard_index, "num_shards": self.num_shards,
+                     "drop_remainder": self.drop_remainder}
+        self._epoch = self.first_epoch
+        self._index = 0
+        self._order = self._order_for(self._epoch)
+
+    def _order_for(self, epoch: int) -> list[int]:
+        if self.shuffle:
+            order = _rng.rng(self.seed, _rng.SOURCE, epoch).permutation(self.size)
+        else:
+            order = np.arange(self.size)
+        if self.drop_remainder:
+            order = order[: self.size - self.size % self.num_shards]
+        return list(order[self.shard_index :: self.num_shards].tolist())
+
+    @property
+    def shard_size(self) -> int:
+        """Examples this shard reads per epoch."""
+        return len(self._order)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being read."""
+        return self._epoch
+
+    @property
+    def items_read(self) -> int:
+        """Examples read so far."""
+        return (self._epoch - self.first_epoch) * len(self._order) + self._index
+
+    def __next__(self) -> T:
+        if self._index >= len(self._order):
+            last = self.num_epochs is not None and (
+                self._epoch + 1 >= self.first_epoch + self.num_epochs)
+            if last:
+                raise StopIteration
+            self._epoch += 1
+            self._index = 0
+            self._order = self._order_for(self._epoch)
+        i = self._order[self._index]
+        self._index += 1
+        return self.data[i]
+
+    def _config(self) -> dict[str, Any]:
+        return self._cfg
+
+    def state_dict(self) -> State:
+        # Called once per fresh item by the stages above: kept to one dict literal.
+        return {"stage": "Source", "version": self.VERSION, "config": self._cfg,
+                "epoch": self._epoch, "index": self._index}
+
+    def _get_state(self) -> State:
+        return {"epoch": self._epoch, "index": self._index}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        epoch, index = int(state["epoch"]), int(state["index"])
+        if epoch != self._epoch:
+            self._order = self._order_for(epoch)
+        self._epoch, self._index = epoch, index
+
+    def _repr_args(self) -> dict[str, Any]:
+        args = {k: v for k, v in self._cfg.items() if k != "size"}
+        if self.num_shards == 1:
+            del args["shard_index"], args["num_shards"], args["drop_remainder"]
+        if self.first_epoch == 0:
+            del args["epoch"]
+        return args
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
+        return f"Source(<{type(self.data).__name__} of {self.size}>, {args})"

@@ -1,0 +1,141 @@
+"""The contract every pipeline stage follows.
+
+A stage is an iterator that wraps the stage before it (its ``upstream``). Its checkpoint
+is a small JSON-serialisable dict of counters plus the upstream's checkpoint, never the
+elements: restoring re-reads whatever element was in flight. Keeping state off the
+Python stack (no generators) is what makes this possible.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .stats import EchoStats
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+State = dict[str, Any]
+
+
+class Stage(Iterator[T_co], ABC):
+    """Base class of all stages: iteration, checkpoint, statistics and repr.
+
+    Subclasses implement ``__next__``, ``_config`` (the parameters that decide the
+    output, checked on restore), ``_get_state`` and ``_set_state``.
+
+    Example:
+        >>> import dataecho
+        >>> stage = dataecho.Echo([1, 2], factor=2)
+        >>> list(stage)
+        [1, 1, 2, 2]
+    """
+
+    #: Bumped when the layout of a stage's state changes, so old checkpoints fail loudly.
+    VERSION = 1
+    upstream: Stage[Any] | None = None
+
+    def __iter__(self) -> Stage[T_co]:
+        return self
+
+    @abstractmethod
+    def __next__(self) -> T_co: ...
+
+    @abstractmethod
+    def _config(self) -> dict[str, Any]:
+        """The parameters that decide this stage's output (JSON values)."""
+
+    @abstractmethod
+    def _get_state(self) -> State: ...
+
+    @abstractmethod
+    def _set_state(self, state: Mapping[str, Any]) -> None: ...
+
+    def state_dict(self) -> State:
+        """The checkpoint: counters plus the upstream's state, JSON-serialisable.
+
+        Restoring it with :meth:`load_state_dict` on a freshly built, identical pipeline
+        makes that pipeline yield exactly what this one would yield next.
+        """
+        return {"stage": type(self).__name__, "version": self.VERSION,
+                "config": self._config(), **self._get_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores a checkpoint taken by :meth:`state_dict` of an identical stage.
+
+        Raises:
+            ValueError: the state comes from another stage type, version or configuration.
+            TypeError: ``state`` is not a mapping.
+        """
+        check_state(self, state)
+        self._set_state(state)
+
+    def stats(self) -> EchoStats:
+        """Fresh and emitted counts of the pipeline ending at this stage.
+
+        Example:
+            >>> import dataecho
+            >>> stage = dataecho.Echo(range(10), factor=3)
+            >>> _ = list(stage)
+            >>> stage.stats().fresh_examples, stage.stats().emitted_examples
+            (10, 30)
+        """
+        from .stats import collect
+
+        return collect(self)
+
+    def close(self) -> None:
+        """Releases resources (threads, files) of this stage and everything upstream."""
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def __enter__(self) -> Stage[T_co]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _repr_args(self) -> dict[str, Any]:
+        return self._config()
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
+        head = repr(self.upstream) if self.upstream is not None else ""
+        return f"{type(self).__name__}({', '.join(p for p in (head, args) if p)})"
+
+
+def check_state(stage: Stage[Any], state: object) -> None:
+    """Raises a clear error when ``state`` was not taken from a stage like ``stage``."""
+    name = type(stage).__name__
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state must be a dict returned by {name}.state_dict(), got "
+            f"{type(state).__name__}; pass the dict saved from the checkpoint"
+        )
+    if state.get("stage") != name:
+        raise ValueError(
+            f"state was saved from a {state.get('stage')!r} stage but is being loaded into a "
+            f"{name!r} stage: the pipeline differs from the one checkpointed; rebuild it "
+            "with the same stages in the same order"
+        )
+    if state.get("version") != stage.VERSION:
+        raise ValueError(
+            f"state of {name} has version {state.get('version')!r} but this dataecho "
+            f"expects version {stage.VERSION}; the checkpoint was written by another "
+            "dataecho version: restart from scratch or use that version"
+        )
+    saved, here = state.get("config"), stage._config()
+    if saved != here:
+        saved = saved if isinstance(saved, Mapping) else {}
+        diffs = [
+            f"{k} (saved {saved.get(k)!r}, here {here.get(k)!r})"
+            for k in sorted(set(here) | set(saved))
+            if saved.get(k) != here.get(k)
+        ]
+        raise ValueError(
+            f"state of {name} was saved with other parameters: {', '.join(diffs)}; "
+            "rebuild the pipeline with the saved parameters to resume exactly"
+        )

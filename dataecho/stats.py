@@ -1,0 +1,114 @@
+"""Exact echo accounting: fresh examples read versus examples emitted.
+
+Fresh examples are the paper's metric (items read from upstream of the echo stage).
+They are counted where the echo stage reads, never estimated from a factor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .stage import Stage
+
+
+@dataclass(frozen=True)
+class EchoStats:
+    """Counts for one pipeline, as exact integers.
+
+    Attributes:
+        fresh_examples: examples read from upstream of the echo stage (the paper's metric).
+        emitted_examples: examples passed downstream, echoed copies included.
+        fresh_items: items the echo stage read (examples, or batches for batch echoing).
+        emitted_items: items the echo stage emitted.
+        batches: batches the pipeline emitted, or None when it does not batch.
+
+    Example:
+        >>> EchoStats(10, 25, 10, 25, None).realised_factor
+        2.5
+    """
+
+    fresh_examples: int
+    emitted_examples: int
+    fresh_items: int
+    emitted_items: int
+    batches: int | None
+
+    @property
+    def echoed_examples(self) -> int:
+        """Emitted examples that were copies, not fresh reads."""
+        return self.emitted_examples - self.fresh_examples
+
+    @property
+    def realised_factor(self) -> float:
+        """Emitted over fresh examples; NaN before anything was read."""
+        if self.fresh_examples == 0:
+            return math.nan
+        return self.emitted_examples / self.fresh_examples
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every count plus the realised factor, for logs and JSON."""
+        return {**asdict(self), "echoed_examples": self.echoed_examples,
+                "realised_factor": self.realised_factor}
+
+    def __str__(self) -> str:
+        return (f"fresh {self.fresh_examples:,} examples, emitted {self.emitted_examples:,} "
+                f"(factor {self.realised_factor:.3f})")
+
+
+@runtime_checkable
+class Counting(Protocol):
+    """A stage that reads fresh items and emits copies (an echo stage)."""
+
+    def echo_counts(self) -> tuple[int, int, int, int]:
+        """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
+        ...
+
+
+@runtime_checkable
+class Batching(Protocol):
+    """A stage that groups examples into batches."""
+
+    batches: int
+    examples: int
+
+
+def chain(stage: Stage[Any]) -> list[Stage[Any]]:
+    """The stages from the source to ``stage``, in pipeline order."""
+    stages: list[Stage[Any]] = []
+    node: Stage[Any] | None = stage
+    while node is not None:
+        stages.append(node)
+        node = node.upstream
+    return stages[::-1]
+
+
+def collect(stage: Stage[Any]) -> EchoStats:
+    """Builds :class:`EchoStats` for the pipeline ending at ``stage``."""
+    stages = chain(stage)
+    echoes = [s for s in stages if isinstance(s, Counting)]
+    last_batch = max((i for i, s in enumerate(stages) if isinstance(s, Batching)), default=None)
+    if echoes:
+        fresh_ex, _, fresh_items, _ = echoes[0].echo_counts()
+        _, emitted_ex, _, emitted_items = echoes[-1].echo_counts()
+    else:
+        # No echo stage: everything read is emitted once.
+        fresh_ex = emitted_ex = _examples_out(stages)
+        fresh_items = emitted_items = fresh_ex
+    batches = None
+    if last_batch is not None:
+        batcher = stages[last_batch]
+        batches = batcher.batches  # type: ignore[attr-defined]
+        later = [s for s in stages[last_batch + 1:] if isinstance(s, Counting)]
+        if later:  # batch echoing: the echo stage emitted the batches
+            batches = later[-1].echo_counts()[3]
+    return EchoStats(fresh_ex, emitted_ex, fresh_items, emitted_items, batches)
+
+
+def _examples_out(stages: list[Stage[Any]]) -> int:
+    batchers = [s for s in stages if isinstance(s, Batching)]
+    if batchers:
+        return int(batchers[-1].examples)
+    return int(getattr(stages[0], "items_read", 0))
