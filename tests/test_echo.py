@@ -1,0 +1,90 @@
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from dataecho import Batch, Echo, Source
+
+from checkpoint import assert_restores_everywhere
+
+
+@pytest.mark.parametrize("factor", [1, 2, 3, 5])
+def test_integer_factor_yields_each_item_exactly_factor_times_in_a_row(factor):
+    out = list(Echo(range(20), factor))
+    assert out == [i for i in range(20) for _ in range(factor)]
+
+
+def test_factor_one_is_a_pass_through():
+    stage = Echo(["a", "b", "c"], 1)
+    assert list(stage) == ["a", "b", "c"]
+    assert stage.stats().realised_factor == 1.0
+
+
+def test_fractional_factor_realised_mean_within_one_percent_over_100k_items():
+    stage = Echo(range(100_000), 2.3, seed=7)
+    counts = collections.Counter(stage)
+    assert set(counts.values()) <= {2, 3}
+    realised = sum(counts.values()) / 100_000
+    assert abs(realised - 2.3) / 2.3 < 0.01
+    assert stage.stats().realised_factor == pytest.approx(realised)
+
+
+def test_fractional_draws_are_reproducible_and_depend_on_seed():
+    a = list(Echo(range(500), 1.5, seed=1))
+    assert a == list(Echo(range(500), 1.5, seed=1))
+    assert a != list(Echo(range(500), 1.5, seed=2))
+
+
+def test_stats_count_fresh_and_emitted_exactly_mid_echo():
+    stage = Echo(range(10), 3)
+    for _ in range(4):  # three copies of 0, one of 1
+        next(stage)
+    s = stage.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.fresh_items, s.emitted_items) == (2, 4, 2, 4)
+    assert s.echoed_examples == 2
+
+
+def test_batch_echoing_counts_examples_in_batches():
+    stage = Echo(Batch(range(10), batch_size=4), 2)
+    batches = list(stage)
+    assert len(batches) == 6
+    s = stage.stats()
+    assert s.fresh_examples == 10 and s.emitted_examples == 20
+    assert s.fresh_items == 3 and s.emitted_items == 6 and s.batches == 6
+
+
+def test_size_function_counts_examples_in_items():
+    stage = Echo([np.zeros((5, 2)), np.zeros((3, 2))], 2, size=len)
+    list(stage)
+    assert stage.stats().fresh_examples == 8 and stage.stats().emitted_examples == 16
+
+
+@pytest.mark.parametrize("factor", [1, 2, 3, 1.5, 2.7])
+def test_restore_at_every_step_yields_remaining_copies(factor):
+    assert_restores_everywhere(lambda: Echo(Source(range(15), seed=3, num_epochs=2), factor))
+
+
+def test_restore_mid_echo_rereads_the_item_without_counting_it_again():
+    stage = Echo(Source(list("abcdef"), shuffle=False), 3)
+    next(stage)
+    state = json.loads(json.dumps(stage.state_dict()))
+    assert state["left"] == 2
+    restored = Echo(Source(list("abcdef"), shuffle=False), 3)
+    restored.load_state_dict(state)
+    assert [next(restored), next(restored), next(restored)] == ["a", "a", "b"]
+    assert restored.stats().fresh_examples == 2
+
+
+def test_restore_of_a_plain_list_upstream_skips_consumed_items():
+    assert_restores_everywhere(lambda: Echo([10, 20, 30, 40], 2.5, seed=4))
+
+
+def test_state_holds_no_elements():
+    stage = Echo(Source([np.ones(1000)] * 4), 3)
+    next(stage)
+    assert len(json.dumps(stage.state_dict())) < 1000
+
+
+def test_repr_shows_parameters():
+    assert repr(Echo([1], 2, seed=5)) == "Echo(<list>, factor=2.0, seed=5)"

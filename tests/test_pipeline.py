@@ -1,0 +1,95 @@
+import collections
+
+import numpy as np
+import pytest
+
+import dataecho
+from dataecho import Batch, Echo, Map, Shuffle, Source
+
+from checkpoint import assert_restores_everywhere
+
+DATA = np.arange(60, dtype=np.int64)
+
+
+def augment(x, rng):
+    return int(x) * 1000 + int(rng.integers(0, 1000))
+
+
+def _stages(stage):
+    names = []
+    while stage is not None:
+        names.append(type(stage).__name__)
+        stage = stage.upstream
+    return names[::-1]
+
+
+@pytest.mark.parametrize(
+    ("variant", "stages"),
+    [
+        ("before_augmentation", ["Source", "Echo", "Map", "Shuffle", "Batch"]),
+        ("after_augmentation", ["Source", "Map", "Echo", "Shuffle", "Batch"]),
+        ("batch", ["Source", "Map", "Batch", "Echo"]),
+        (None, ["Source", "Map", "Batch"]),
+    ],
+)
+def test_each_variant_puts_the_echo_stage_where_the_paper_does(variant, stages):
+    assert _stages(dataecho.pipeline(DATA, augment=augment, echo=variant)) == stages
+
+
+def test_factor_one_builds_the_baseline():
+    assert _stages(dataecho.pipeline(DATA, echo="batch", factor=1)) == ["Source", "Batch"]
+
+
+@pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
+def test_every_example_is_used_factor_times_and_counted(variant):
+    p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor=3, batch_size=8, seed=1)
+    used = collections.Counter(int(v) // 1000 for b in p for v in b)
+    assert used == {i: 3 for i in range(60)}
+    s = p.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.realised_factor) == (60, 180, 3.0)
+
+
+def test_before_augmentation_copies_differ_and_after_augmentation_copies_match():
+    def copies(variant):
+        p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor=2, batch_size=120)
+        out = [int(v) for b in p for v in b]
+        by = collections.defaultdict(set)
+        for v in out:
+            by[v // 1000].add(v)
+        return [len(s) for s in by.values()]
+    assert max(copies("after_augmentation")) == 1
+    assert min(copies("before_augmentation")) == 2 or np.mean(copies("before_augmentation")) > 1.9
+
+
+def test_pipeline_is_the_composition_of_the_stages():
+    p = dataecho.pipeline(DATA, augment=augment, echo="before_augmentation", factor=2,
+                          batch_size=8, buffer_size=16, seed=3)
+    outputs = [b.tolist() for b in p]
+    again = [b.tolist() for b in dataecho.pipeline(
+        DATA, augment=augment, echo="before_augmentation", factor=2, batch_size=8,
+        buffer_size=16, seed=3)]
+    assert outputs == again
+    assert isinstance(p, Batch) and isinstance(p.upstream, Shuffle)
+    assert isinstance(p.upstream.upstream, Map) and isinstance(p.upstream.upstream.upstream, Echo)
+    assert isinstance(p.upstream.upstream.upstream.upstream, Source)
+
+
+@pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
+def test_whole_pipeline_restores_at_every_step_with_fractional_factor(variant):
+    assert_restores_everywhere(lambda: dataecho.pipeline(
+        DATA[:25], augment=augment, echo=variant, factor=1.7, batch_size=4, buffer_size=6,
+        seed=2, num_epochs=2))
+
+
+def test_repr_documents_the_pipeline():
+    p = dataecho.pipeline(DATA, augment=augment, echo="batch", factor=2, batch_size=8, seed=0)
+    text = repr(p)
+    assert text.startswith("Echo(Batch(Map(Source(<ndarray of 60>")
+    assert "batch_size=8" in text and "factor=2.0" in text and "fn=augment" in text
+
+
+def test_endless_pipeline_with_num_epochs_none():
+    p = dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=7, num_epochs=None)
+    for _ in range(100):
+        next(p)
+    assert p.stats().batches == 100 and p.stats().emitted_examples == 700

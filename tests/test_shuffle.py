@@ -1,0 +1,61 @@
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from dataecho import Batch, Echo, Shuffle, Source
+
+from checkpoint import assert_restores_everywhere
+
+
+def test_shuffle_preserves_the_multiset_of_echoed_items():
+    out = list(Shuffle(Echo(range(100), 3), buffer_size=37, seed=1))
+    assert collections.Counter(out) == {i: 3 for i in range(100)}
+    assert out != sorted(out)
+
+
+def test_buffer_size_one_keeps_copies_adjacent():
+    assert list(Shuffle(Echo(range(5), 2), buffer_size=1)) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def _repeats_per_batch(batches):
+    return sum(len(b) - len(set(b)) for b in batches)
+
+
+def test_large_buffer_spreads_copies_to_chance_level_while_no_buffer_packs_them():
+    n, factor, batch, window = 20_000, 2, 64, 6_400
+    spread = list(Batch(Shuffle(Echo(range(n), factor), window, seed=0), batch, collate=list))
+    packed = list(Batch(Echo(range(n), factor), batch, collate=list))
+    # Without a shuffle every batch holds batch/2 pairs of copies.
+    assert _repeats_per_batch(packed) == n * (factor - 1)
+    # A copy lands in its partner's batch with probability ~ (batch - 1) / (window - 1).
+    expected = n * (factor - 1) * (batch - 1) / (window - 1)
+    observed = _repeats_per_batch(spread)
+    assert observed < 1.5 * expected + 3 * np.sqrt(expected)
+    assert observed > 0.5 * expected - 3 * np.sqrt(expected)
+
+
+def test_window_order_depends_on_seed_and_is_reproducible():
+    a = list(Shuffle(range(50), 50, seed=3))
+    assert a == list(Shuffle(range(50), 50, seed=3))
+    assert a != list(Shuffle(range(50), 50, seed=4))
+
+
+@pytest.mark.parametrize("buffer_size", [1, 3, 7, 100])
+def test_restore_at_every_step_including_mid_window(buffer_size):
+    assert_restores_everywhere(
+        lambda: Shuffle(Echo(Source(range(12), seed=2, num_epochs=2), 2.5), buffer_size, seed=9)
+    )
+
+
+def test_state_holds_the_window_start_not_the_elements():
+    stage = Shuffle(Source([np.zeros(10_000)] * 20), 10)
+    next(stage)
+    state = stage.state_dict()
+    assert state["skip"] == 1 and state["upstream"]["index"] == 0
+    assert len(json.dumps(state)) < 1000
+
+
+def test_partial_last_window_is_emitted():
+    assert sorted(Shuffle(range(10), 4)) == list(range(10))
