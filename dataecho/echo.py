@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
+
 from . import _rng
 from ._checks import check_factor, check_seed
 from .iterable import as_stage
@@ -95,8 +97,7 @@ class Echo(Stage[T]):
             return self._base
         block, offset = divmod(index, _BLOCK)
         if block != self._block_id:
-            u = _rng.rng(self.seed, _rng.ECHO, block).random(_BLOCK)
-            self._block = (self._base + (u < self._frac)).tolist()
+            self._block = _copies_block(self._base, self._frac, self.seed, block).tolist()
             self._block_id = block
         return self._block[offset]
 
@@ -129,6 +130,32 @@ class Echo(Stage[T]):
         self._before = dict(state["upstream"]) if self._left else None
         # Re-read the item being echoed; it was counted when first read.
         self._item = next(self.upstream) if self._left else None
+
+
+def _copies_block(base: int, frac: float, seed: int, block: int) -> np.ndarray:
+    u = _rng.rng(seed, _rng.ECHO, block).random(_BLOCK)
+    return base + (u < frac).astype(np.int64)
+
+
+def total_copies(factor: float, seed: int, n: int) -> int:
+    """How many items an ``Echo(..., factor, seed=seed)`` emits for ``n`` upstream items.
+
+    Exact, not an expectation: it replays the same per-item draws, so a loader's
+    ``len()`` can count echoed steps before they happen.
+
+    Example:
+        >>> total_copies(1.5, 0, 1000) == len(list(Echo(range(1000), 1.5, seed=0)))
+        True
+    """
+    factor = check_factor(factor)
+    base, frac = math.floor(factor), factor - math.floor(factor)
+    if not frac:
+        return base * n
+    full, rest = divmod(n, _BLOCK)
+    total = sum(int(_copies_block(base, frac, seed, b).sum()) for b in range(full))
+    if rest:
+        total += int(_copies_block(base, frac, seed, full)[:rest].sum())
+    return total
 
 
 def _find_batcher(stage: Stage[Any] | None) -> Any:

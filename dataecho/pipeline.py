@@ -24,7 +24,7 @@ def pipeline(
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
     factor: float = 2.0,
-    batch_size: int = 128,
+    batch_size: int | None = 128,
     buffer_size: int | None = None,
     drop_last: bool = False,
     collate: Callable[[list[Any]], Any] | None = None,
@@ -52,7 +52,8 @@ def pipeline(
         augment: ``fn(example)`` or ``fn(example, rng)``; None for no augmentation.
         echo: the variant, or None for no echoing.
         factor: echo factor, a real number >= 1 (fractional values allowed).
-        batch_size: examples per batch.
+        batch_size: examples per batch, or None for a stream of examples (example
+            echoing only), e.g. to let a DataLoader batch them.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches for example echoing, none (1) for batch echoing, where each item is
             a whole batch. 1 disables the post-echo shuffle.
@@ -78,17 +79,23 @@ def pipeline(
             "pass echo='before_augmentation' for the paper's best variant"
         )
     factor = check_factor(factor)
-    batch_size = check_positive_int(batch_size, "batch_size")
+    if batch_size is None and echo == "batch":
+        raise ValueError(
+            "batch_size must be an int >= 1 for echo='batch' (batch echoing repeats "
+            "batches), got None; pass batch_size or use an example-level variant"
+        )
+    if batch_size is not None:
+        batch_size = check_positive_int(batch_size, "batch_size")
     seed = check_seed(seed)
     if buffer_size is None:
         example_level = echo in ("before_augmentation", "after_augmentation")
-        buffer_size = 10 * batch_size if example_level else 1
+        buffer_size = 10 * (batch_size or 100) if example_level else 1
     buffer_size = check_positive_int(buffer_size, "buffer_size")
     if echo is None or factor == 1.0:
         echo = None
 
-    def sub(tag: int) -> int:  # distinct streams per stage, epoch and shard
-        return derive_seed(seed, tag, shard_index)
+    def sub(tag: int) -> int:  # distinct streams per stage, first epoch and shard
+        return derive_seed(seed, tag, epoch, shard_index)
 
     stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
                                epoch=epoch, shard_index=shard_index, num_shards=num_shards)
@@ -100,6 +107,8 @@ def pipeline(
         stage = Echo(stage, factor, seed=sub(1))
     if echo in ("before_augmentation", "after_augmentation") and buffer_size > 1:
         stage = Shuffle(stage, buffer_size, seed=sub(3))
+    if batch_size is None:
+        return stage
     stage = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
     if echo == "batch":
         stage = Echo(stage, factor, seed=sub(1))

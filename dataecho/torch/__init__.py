@@ -1,0 +1,12 @@
+"""PyTorch adapters: example echoing in DataLoader workers, batch echoing of loaders.
+
+Neither subclasses ``DataLoader`` (trainer frameworks rebuild loaders and would drop a
+subclass): :class:`EchoDataset` is an ``IterableDataset`` you hand to any loader, and
+:class:`EchoBatches` wraps any iterable of batches, a loader included.
+"""
+
+from .batches import EchoBatches
+from .dataset import EchoDataset
+from .sharding import shard_of
+
+__all__ = ["EchoBatches", "EchoDataset", "shard_of"]

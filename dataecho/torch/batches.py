@@ -1,0 +1,193 @@
+"""Batch echoing of any iterable of batches (a DataLoader or anything else)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from .._checks import check_factor, check_iterable, check_seed
+from .._rng import derive_seed
+from ..echo import Echo, total_copies
+from ..iterable import as_stage
+from ..stage import State
+from ..stats import EchoStats
+
+
+class EchoBatches:
+    """Yields every batch of ``loader`` ``factor`` times, epoch after epoch.
+
+    Wrap the prepared loader: ``loader = EchoBatches(DataLoader(...), factor=2)``.
+    ``len()`` counts echoed steps (exactly, also for fractional factors), so LR
+    schedules and progress bars see the real number of steps; ``set_epoch`` is passed
+    to the loader's sampler (``DistributedSampler``) or to the loader.
+
+    In-place safety: the same batch object is yielded ``factor`` times. By default
+    each copy is checked before it is yielded again: if the training step changed a
+    tensor of the batch in place (``x.sub_(mean)``), a ``RuntimeError`` says so
+    instead of silently training on corrupted copies. ``clone=True`` yields clones
+    (costs one copy of the batch per echo) so in-place steps are safe.
+
+    Batch echoing repeats the same examples in consecutive steps; the paper found
+    example echoing (:class:`dataecho.torch.EchoDataset`) at least as good.
+
+    Args:
+        loader: any iterable of batches, re-iterable once per epoch.
+        factor: echo factor >= 1, fractional allowed.
+        seed: seed of the fractional draws (each epoch derives its own).
+        clone: yield clones so the step may modify batches in place.
+        check_inplace: detect in-place modification (free: reads tensor versions).
+        size: examples in a batch, for accounting (default: first dimension of the
+            first tensor found in the batch).
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader
+        >>> loader = EchoBatches(DataLoader(torch.arange(10.0), batch_size=5), factor=2)
+        >>> len(loader), [b.tolist()[0] for b in loader]
+        (4, [0.0, 0.0, 5.0, 5.0])
+        >>> loader.stats().fresh_examples, loader.stats().emitted_examples
+        (10, 20)
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        factor: float,
+        *,
+        seed: int = 0,
+        clone: bool = False,
+        check_inplace: bool = True,
+        size: Callable[[Any], int] | None = None,
+    ) -> None:
+        self.loader = check_iterable(loader, "loader")
+        self.factor = check_factor(factor)
+        self.seed = check_seed(seed)
+        self.clone, self.check_inplace = bool(clone), bool(check_inplace)
+        self.size = size or batch_size_of
+        self.epoch = 0
+        self._echo: Echo[Any] | None = None
+        self._pending: Mapping[str, Any] | None = None
+        self._done = (0, 0, 0, 0)  # counts of finished epochs
+
+    def _epoch_seed(self) -> int:
+        return derive_seed(self.seed, self.epoch)
+
+    def __len__(self) -> int:
+        n = len(self.loader)  # type: ignore[arg-type]
+        return total_copies(self.factor, self._epoch_seed(), n)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch for this wrapper and the loader's sampler or the loader."""
+        self.epoch = int(epoch)
+        for target in (getattr(self.loader, "sampler", None), self.loader):
+            if callable(getattr(target, "set_epoch", None)):
+                target.set_epoch(epoch)  # type: ignore[union-attr]
+                break
+
+    def __iter__(self) -> Iterator[Any]:
+        self._finish_epoch()
+        echo = Echo(as_stage(self.loader), self.factor, seed=self._epoch_seed(), size=self.size)
+        if self._pending is not None:
+            echo.load_state_dict(self._pending)
+            self._pending = None
+        self._echo = echo
+        versions: list[int] | None = None
+        for batch in echo:
+            pending = echo._left > 0  # more copies of this batch follow
+            if versions is not None and self.check_inplace and versions != _versions(batch):
+                raise RuntimeError(
+                    "the training step modified an echoed batch in place (a tensor's version "
+                    "counter changed), so its next copy would be corrupted; pass "
+                    "clone=True to EchoBatches, or avoid in-place ops on the input batch"
+                )
+            versions = _versions(batch) if pending and self.check_inplace else None
+            yield _clone(batch) if pending and self.clone else batch
+        self._finish_epoch()
+        self.epoch += 1
+
+    def _finish_epoch(self) -> None:
+        if self._echo is not None:
+            self._done = tuple(a + b for a, b in zip(self._done, self._echo.echo_counts(),
+                                                     strict=True))  # type: ignore[assignment]
+            self._echo = None
+
+    def stats(self) -> EchoStats:
+        """Fresh and emitted counts over all epochs so far."""
+        now = self._echo.echo_counts() if self._echo is not None else (0, 0, 0, 0)
+        f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, now, strict=True))
+        return EchoStats(f_ex, e_ex, f_it, e_it, e_it)
+
+    def state_dict(self) -> State:
+        """Epoch, totals of finished epochs, and the position within this epoch."""
+        return {"epoch": self.epoch, "done": list(self._done),
+                "echo": None if self._echo is None else self._echo.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next iteration resume where the checkpoint was taken.
+
+        A loader with its own ``state_dict`` (torchdata's ``StatefulDataLoader``)
+        restores itself; a plain ``DataLoader`` is re-iterated and the batches already
+        consumed this epoch are skipped, which re-reads them: exact when the loader's
+        order is seeded (``generator=torch.Generator().manual_seed(...)`` or
+        ``set_epoch``), and slower than a stateful loader.
+        """
+        if not isinstance(state, Mapping) or "echo" not in state:
+            raise TypeError(
+                "state must be a dict returned by EchoBatches.state_dict(), got "
+                f"{type(state).__name__}; pass the dict saved from the checkpoint"
+            )
+        self.set_epoch(int(state["epoch"]))
+        self._done = tuple(int(v) for v in state["done"])  # type: ignore[assignment]
+        self._echo, self._pending = None, state["echo"]
+
+    def __repr__(self) -> str:
+        return (f"EchoBatches(<{type(self.loader).__name__}>, factor={self.factor!r}, "
+                f"seed={self.seed!r}, clone={self.clone!r})")
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, Mapping):
+        for v in batch.values():
+            yield from _tensors(v)
+    elif isinstance(batch, list | tuple):
+        for v in batch:
+            yield from _tensors(v)
+
+
+def _versions(batch: Any) -> list[int]:
+    return [t._version for t in _tensors(batch)]
+
+
+def _clone(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, Mapping):
+        return type(batch)({k: _clone(v) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_clone(v) for v in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(_clone(v) for v in batch)
+    return batch
+
+
+def batch_size_of(batch: Any) -> int:
+    """Examples in a batch: the first dimension of its first tensor or array.
+
+    Example:
+        >>> import torch
+        >>> batch_size_of((torch.zeros(32, 3), torch.zeros(32)))
+        32
+    """
+    if hasattr(batch, "shape") and len(batch.shape) > 0:
+        return int(batch.shape[0])
+    if isinstance(batch, Mapping):
+        return batch_size_of(next(iter(batch.values())))
+    if isinstance(batch, list | tuple) and batch:
+        first = batch[0]
+        return batch_size_of(first) if hasattr(first, "shape") or isinstance(
+            first, Mapping | list | tuple) else len(batch)
+    return 1

@@ -1,0 +1,33 @@
+"""Which shard of the data this process (DDP rank) and DataLoader worker reads."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.utils.data import get_worker_info
+
+
+def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """Returns ``(shard_index, num_shards)`` for the calling worker of the calling rank.
+
+    Ranks come from ``torch.distributed`` when it is initialised (else rank 0 of 1)
+    unless given; workers from ``get_worker_info()``. Shard ``rank * num_workers +
+    worker`` of ``world_size * num_workers``: disjoint, and together complete.
+
+    Example:
+        >>> shard_of()
+        (0, 1)
+        >>> shard_of(rank=1, world_size=2)
+        (1, 2)
+    """
+    if rank is None or world_size is None:
+        ready = dist.is_available() and dist.is_initialized()
+        rank = dist.get_rank() if ready and rank is None else (rank or 0)
+        world_size = dist.get_world_size() if ready and world_size is None else (world_size or 1)
+    if not 0 <= rank < world_size:
+        raise ValueError(
+            f"rank must be in [0, world_size={world_size}), got {rank}; pass the process's "
+            "DDP rank, or leave both None to read them from torch.distributed"
+        )
+    info = get_worker_info()
+    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return rank * workers + worker, world_size * workers

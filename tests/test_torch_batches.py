@@ -1,0 +1,128 @@
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+
+from dataecho.torch import EchoBatches  # noqa: E402
+
+from checkpoint import same  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def loader(n=20, batch_size=4, **kw):
+    return DataLoader(torch.arange(float(n)), batch_size=batch_size, **kw)
+
+
+def test_each_batch_is_yielded_factor_times_and_len_counts_them():
+    echoed = EchoBatches(loader(), 3)
+    out = [b.tolist() for b in echoed]
+    assert len(out) == len(echoed) == 15
+    assert out[0] == out[1] == out[2] and out[3] != out[2]
+
+
+@pytest.mark.parametrize("factor", [1.3, 2.5])
+def test_len_is_exact_for_fractional_factors(factor):
+    echoed = EchoBatches(loader(n=400), factor, seed=4)
+    for epoch in range(3):
+        echoed.set_epoch(epoch)
+        assert len(echoed) == sum(1 for _ in echoed)
+
+
+def test_stats_accumulate_over_epochs():
+    echoed = EchoBatches(loader(n=10), 2)
+    for _ in range(3):
+        list(echoed)
+    s = echoed.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.fresh_items, s.batches) == (30, 60, 9, 18)
+
+
+def test_set_epoch_reaches_the_distributed_sampler():
+    data = torch.arange(16.0)
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=1)
+    echoed = EchoBatches(DataLoader(data, batch_size=4, sampler=sampler), 2)
+    echoed.set_epoch(5)
+    assert sampler.epoch == 5
+
+
+def test_in_place_modification_of_an_echoed_batch_is_detected():
+    with pytest.raises(RuntimeError, match=r"modified an echoed batch in place .* pass "
+                                           r"clone=True"):
+        for batch in EchoBatches(loader(), 2):
+            batch.mul_(0)
+
+
+def test_clone_makes_in_place_steps_safe():
+    seen = []
+    for batch in EchoBatches(loader(), 2, clone=True):
+        seen.append(batch.tolist())
+        batch.mul_(0)
+    assert seen[0] == seen[1] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_out_of_place_steps_pass_the_check():
+    total = sum(float((b * 2).sum()) for b in EchoBatches(loader(), 2))
+    assert total == 2 * 2 * sum(range(20))
+
+
+def _restore_everywhere(make):
+    reference = make()
+    it = iter(reference)
+    outputs, states = [], []
+    while True:
+        states.append(reference.state_dict())
+        try:
+            outputs.append(next(it))
+        except StopIteration:
+            break
+    for k in range(len(outputs)):
+        buf = io.BytesIO()
+        torch.save(states[k], buf)
+        restored = make()
+        restored.load_state_dict(torch.load(io.BytesIO(buf.getvalue())))
+        assert same(list(restored), outputs[k:]), f"restored at {k}"
+        assert restored.stats() == reference.stats()
+
+
+def test_restore_at_every_step_of_a_plain_dataloader():
+    sampler_seed = 3
+
+    def make():
+        data = torch.arange(22.0)
+        sampler = DistributedSampler(data, num_replicas=1, rank=0, seed=sampler_seed)
+        return EchoBatches(DataLoader(data, batch_size=4, sampler=sampler), 1.6, seed=2)
+
+    _restore_everywhere(make)
+
+
+def test_restore_at_every_step_of_a_stateful_dataloader_with_workers():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        return EchoBatches(StatefulDataLoader(torch.arange(24.0), batch_size=4, num_workers=2), 2)
+
+    _restore_everywhere(make)
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(TypeError, match=r"loader must be iterable .* got int"):
+        EchoBatches(5, 2)
+    with pytest.raises(ValueError, match=r"factor must be >= 1"):
+        EchoBatches(loader(), 0.9)
+    with pytest.raises(TypeError, match=r"state must be a dict returned by EchoBatches"):
+        EchoBatches(loader(), 2).load_state_dict(3)
+
+
+def test_error_raised_by_the_loader_reaches_the_caller():
+    def batches():
+        yield torch.zeros(2)
+        raise OSError("bucket unreachable")
+
+    class Loader:
+        def __iter__(self):
+            return batches()
+
+    with pytest.raises(OSError, match="bucket unreachable"):
+        list(EchoBatches(Loader(), 2))
