@@ -100,6 +100,14 @@ class Batch(Stage[Any]):
         return {"upstream": self.upstream.state_dict(), "batches": self.batches,
                 "examples": self.examples, "last_size": self.last_size}
 
+    def _snapshot(self) -> Any:
+        return (self.batches, self.examples, self.last_size, self.upstream._snapshot())
+
+    def _expand(self, token: Any) -> State:
+        return {"stage": "Batch", "version": self.VERSION, "config": self._config(),
+                "upstream": self.upstream._expand(token[3]), "batches": token[0],
+                "examples": token[1], "last_size": token[2]}
+
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self.batches, self.examples = int(state["batches"]), int(state["examples"])

@@ -50,6 +50,13 @@ class IterableSource(Stage[T]):
     def _get_state(self) -> State:
         return {"consumed": self.items_read}
 
+    def _snapshot(self) -> Any:
+        return self.items_read
+
+    def _expand(self, token: Any) -> State:
+        return {"stage": "IterableSource", "version": self.VERSION, "config": {},
+                "consumed": token}
+
     def _set_state(self, state: Mapping[str, Any]) -> None:
         consumed = int(state["consumed"])
         it = iter(self.iterable)

@@ -71,6 +71,13 @@ class Map(Stage[U]):
     def _get_state(self) -> State:
         return {"upstream": self.upstream.state_dict(), "position": self._position}
 
+    def _snapshot(self) -> Any:
+        return (self._position, self.upstream._snapshot())
+
+    def _expand(self, token: Any) -> State:
+        return {"stage": "Map", "version": self.VERSION, "config": self._config(),
+                "upstream": self.upstream._expand(token[1]), "position": token[0]}
+
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self._position = int(state["position"])

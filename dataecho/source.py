@@ -138,6 +138,13 @@ class Source(Stage[T]):
     def _get_state(self) -> State:
         return {"epoch": self._epoch, "index": self._index}
 
+    def _snapshot(self) -> Any:
+        return (self._epoch, self._index)
+
+    def _expand(self, token: Any) -> State:
+        return {"stage": "Source", "version": self.VERSION, "config": self._cfg,
+                "epoch": token[0], "index": token[1]}
+
     def _set_state(self, state: Mapping[str, Any]) -> None:
         epoch, index = int(state["epoch"]), int(state["index"])
         if epoch != self._epoch:

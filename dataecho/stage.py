@@ -63,6 +63,19 @@ class Stage(Iterator[T_co], ABC):
         return {"stage": type(self).__name__, "version": self.VERSION,
                 "config": self._config(), **self._get_state()}
 
+    def _snapshot(self) -> Any:
+        """A cheap token from which :meth:`_expand` rebuilds the current state.
+
+        Echo stages take one before every fresh read, so stages that are often
+        upstream of one (sources, maps, batchers) return plain tuples here and build
+        the dict only when a checkpoint is actually taken.
+        """
+        return self.state_dict()
+
+    def _expand(self, token: Any) -> State:
+        """The state dict that :meth:`_snapshot` returned ``token`` for."""
+        return token  # type: ignore[no-any-return]
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a checkpoint taken by :meth:`state_dict` of an identical stage.
 
