@@ -1,8 +1,7 @@
 import numpy as np
 
-from dataecho import Batch, Source, collate
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Batch, Source, collate
 
 
 def test_batches_are_collated_field_by_field():

@@ -4,9 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from dataecho import Batch, Echo, Source
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Batch, Echo, Source
 
 
 @pytest.mark.parametrize("factor", [1, 2, 3, 5])

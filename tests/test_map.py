@@ -1,8 +1,7 @@
 import numpy as np
 
-from dataecho import Echo, Map, Source
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Echo, Map, Source
 
 
 def flip(x, rng):

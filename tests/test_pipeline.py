@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 import dataecho
-from dataecho import Batch, Echo, Map, Shuffle, Source
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Batch, Echo, Map, Shuffle, Source
 
 DATA = np.arange(60, dtype=np.int64)
 

@@ -4,9 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from dataecho import Batch, Echo, Shuffle, Source
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Batch, Echo, Shuffle, Source
 
 
 def test_shuffle_preserves_the_multiset_of_echoed_items():

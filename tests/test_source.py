@@ -2,9 +2,8 @@ import collections
 
 import pytest
 
-from dataecho import Source
-
 from checkpoint import assert_restores_everywhere
+from dataecho import Source
 
 
 def test_each_epoch_reads_every_example_once_in_a_new_order():

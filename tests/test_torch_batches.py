@@ -3,11 +3,10 @@ import io
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler
 
-from dataecho.torch import EchoBatches  # noqa: E402
-
-from checkpoint import same  # noqa: E402
+from checkpoint import same
+from dataecho.torch import EchoBatches
 
 pytestmark = pytest.mark.torch
 

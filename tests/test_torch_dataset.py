@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.data import DataLoader, Dataset
 
-from dataecho.torch import EchoDataset  # noqa: E402
-
-from checkpoint import same  # noqa: E402
+from checkpoint import same
+from dataecho.torch import EchoDataset
 
 pytestmark = pytest.mark.torch
 
