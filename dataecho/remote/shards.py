@@ -1,0 +1,248 @@
+"""WebDataset-style tar shards: encoded images plus labels, the way buckets hold them.
+
+A shard is a plain tar file whose members come in pairs named by a sample key:
+``{key}.png`` (or ``.jpg``) holding the encoded image and ``{key}.cls`` holding
+the label as ASCII digits. Reading one back costs a network transfer and an
+image decode per sample: the expensive upstream work that data echoing repeats
+the output of. An index ``{prefix}-index.json`` lists the shards and their sample
+counts and is written last, so a directory with an index holds complete shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dataecho.remote.codec import encode_image
+
+INDEX_FORMAT = "dataecho-shards/1"
+IMAGE_EXTS = ("png", "jpg", "jpeg")
+_KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # WebDataset's rule: key = up to the first dot
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read: not a tar file, or a sample lacks its image or label.
+
+    A ``ValueError``: the bytes arrived but hold the wrong content. The message names
+    the shard.
+
+    Example:
+        >>> list(iter_shard(b"junk", "train-00007.tar"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        dataecho.remote.shards.ShardError: iter_shard: shard 'train-00007.tar' is not a ...
+    """
+
+
+def _digest(images: np.ndarray, labels: np.ndarray, shard_size: int, fmt: str) -> str:
+    digest = hashlib.sha256(f"{images.shape}|{shard_size}|{fmt}|".encode())
+    digest.update(np.ascontiguousarray(images).data)
+    digest.update(labels.astype(np.int64).tobytes())
+    return digest.hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    # Renaming a finished temporary file means a reader (or the server) never
+    # sees half a shard, even if this process dies mid-write.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            # mtime 0 so that the same arrays always give the same bytes.
+            info.size, info.mode, info.mtime = len(payload), 0o644, 0
+            archive.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+def _previous(path: Path) -> dict[str, Any]:
+    # The index a former call left, or {} if none or unusable (it is then rewritten).
+    try:
+        index = json.loads(path.read_bytes())
+        ok = all(isinstance(s["name"], str) and isinstance(s["bytes"], int)
+                 for s in index["shards"])  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return index if ok and isinstance(index, dict) else {}
+
+
+def read_index(data: bytes, name: str) -> list[tuple[str, int]]:
+    """Parses an index file into ``[(shard_name, sample_count), ...]``.
+
+    Raises:
+        ShardError: ``data`` is not an index written by ``write_shards``.
+
+    Example:
+        >>> read_index(b'{"format": "dataecho-shards/1", "shards": []}', "x-index.json")
+        []
+    """
+    try:
+        index = json.loads(data)
+        if index["format"] != INDEX_FORMAT:
+            raise ValueError(f"format {index['format']!r}")
+        return [(str(shard["name"]), int(shard["samples"])) for shard in index["shards"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ShardError(
+            f"read_index: {name} must be a {INDEX_FORMAT} index written by write_shards, "
+            f"but it is not ({error!r}); write the shards again"
+        ) from error
+
+
+def write_shards(
+    images: np.ndarray,
+    labels: np.ndarray,
+    directory: str | os.PathLike[str],
+    *,
+    shard_size: int = 1000,
+    fmt: str = "png",
+    prefix: str = "train",
+) -> list[str]:
+    """Writes images and labels as tar shards plus ``{prefix}-index.json``.
+
+    Sample ``i`` gets key ``f"{i:08d}"`` and lands in shard ``i // shard_size``,
+    named ``f"{prefix}-{i // shard_size:05d}.tar"``. Calling again with the same
+    arrays and options finds the identical index and writes nothing.
+
+    Args:
+        images: uint8 ``[N, H, W]`` or ``[N, H, W, 3]``.
+        labels: ``[N]`` non-negative integers.
+        directory: Created if missing.
+        shard_size: Samples per shard (the last shard may hold fewer).
+        fmt: ``"png"`` (lossless) or ``"jpg"``.
+        prefix: Names the data set within ``directory``, e.g. ``"train"``/``"test"``.
+
+    Returns:
+        The shard file names, relative to ``directory``, in sample order.
+
+    Example:
+        >>> import tempfile
+        >>> write_shards(np.zeros((3, 4, 4), np.uint8), np.arange(3), tempfile.mkdtemp(),
+        ...              shard_size=2)
+        ['train-00000.tar', 'train-00001.tar']
+    """
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.dtype != np.uint8:
+        raise TypeError(f"write_shards: images must be uint8, got {images.dtype}; "
+                        "convert with (x * 255).round().astype(np.uint8)")
+    if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[3] != 3):
+        raise ValueError(f"write_shards: images must be [N, H, W] or [N, H, W, 3], "
+                         f"got shape {images.shape}")
+    if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"write_shards: labels must be {images.shape[0]} integers, one per "
+                         f"image, got {labels.dtype} of shape {labels.shape}")
+    if labels.size and int(labels.min()) < 0:
+        raise ValueError(f"write_shards: labels must be >= 0, got {int(labels.min())}")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int):
+        raise TypeError(f"write_shards: shard_size must be an int, got {shard_size!r}")
+    if shard_size < 1:
+        raise ValueError(f"write_shards: shard_size must be >= 1, got {shard_size}")
+    if fmt not in ("png", "jpg"):
+        raise ValueError(f"write_shards: fmt must be 'png' or 'jpg', got {fmt!r}")
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    index_path = root / f"{prefix}-index.json"
+    digest = _digest(images, labels, shard_size, fmt)
+    old = _previous(index_path)
+    if old.get("source") == digest and all(
+        (root / s["name"]).is_file() and (root / s["name"]).stat().st_size == s["bytes"]
+        for s in old["shards"]
+    ):
+        return [s["name"] for s in old["shards"]]
+    # Remove the index first: until the new one lands, readers see no data set
+    # rather than a mix of old and new shards.
+    index_path.unlink(missing_ok=True)
+    entries = []
+    for first in range(0, len(images), shard_size):
+        name = f"{prefix}-{first // shard_size:05d}.tar"
+        members = []
+        for i in range(first, min(first + shard_size, len(images))):
+            members.append((f"{i:08d}.{fmt}", encode_image(images[i], fmt)))
+            members.append((f"{i:08d}.cls", str(int(labels[i])).encode("ascii")))
+        payload = _tar(members)
+        _atomic_write(root / name, payload)
+        entries.append({"name": name, "samples": len(members) // 2, "bytes": len(payload)})
+    for name in {s["name"] for s in old.get("shards", [])} - {e["name"] for e in entries}:
+        (root / name).unlink(missing_ok=True)
+    index = {"format": INDEX_FORMAT, "prefix": prefix, "fmt": fmt, "source": digest,
+             "num_samples": len(images), "shards": entries}  # fmt: skip
+    _atomic_write(index_path, json.dumps(index, indent=1).encode())
+    return [str(e["name"]) for e in entries]
+
+
+def iter_shard(data: bytes, name: str) -> Iterator[tuple[str, bytes, int]]:
+    """Yields ``(key, image_bytes, label)`` for each sample of a shard, in tar order.
+
+    Members with other extensions (``.json``, ``.txt``) are skipped, as WebDataset does.
+
+    Raises:
+        ShardError: The shard is not a tar file, is truncated, holds no samples,
+            or a sample lacks its image or its ``.cls`` label; the message names ``name``.
+
+    Example:
+        >>> shard = _tar([("00000000.png", b"..."), ("00000000.cls", b"3")])
+        >>> list(iter_shard(shard, "train-00000.tar"))
+        [('00000000', b'...', 3)]
+    """
+    sample: dict[str, bytes] = {}
+    key: str | None = None
+    seen: set[str] = set()
+
+    def finish() -> tuple[str, bytes, int]:
+        image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+        if image is None or "cls" not in sample:
+            missing = "image (.png/.jpg)" if image is None else "label (.cls)"
+            raise ShardError(f"iter_shard: sample {key!r} in shard {name!r} has no {missing}; "
+                             "the shard is damaged: write it again with write_shards")
+        try:
+            return str(key), image, int(sample["cls"].decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ShardError(f"iter_shard: label of sample {key!r} in shard {name!r} must be "
+                             f"ASCII digits, got {sample['cls'][:20]!r}") from error
+
+    # tarfile reads a tar cut at a member boundary as a shorter valid one; every
+    # tar writer ends the archive with two zero blocks, so their absence is the tell.
+    if data[-1024:] != bytes(1024):
+        raise ShardError(f"iter_shard: shard {name!r} is not a valid tar file (it does not "
+                         "end with two zero blocks: truncated?); fetch it again")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            for member in archive:
+                match = _KEY.match(member.name)
+                if not member.isfile() or match is None:
+                    continue
+                if match.group(1) != key:
+                    if key is not None:
+                        yield finish()
+                    if match.group(1) in seen:
+                        raise ShardError(f"iter_shard: members of sample {match.group(1)!r} "
+                                         f"in shard {name!r} are not adjacent")
+                    key, sample = match.group(1), {}
+                    seen.add(key)
+                handle = archive.extractfile(member)
+                sample[match.group(2).lower()] = handle.read() if handle else b""
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise ShardError(f"iter_shard: shard {name!r} is not a valid tar file ({error}); "
+                         "fetch it again or rewrite it with write_shards") from error
+    if key is None:
+        raise ShardError(f"iter_shard: shard {name!r} holds no samples; it is empty or not "
+                         "a shard written by write_shards")
+    yield finish()

@@ -1,0 +1,189 @@
+"""Tests of dataecho.remote.reader: retrying fetches and the checkpointable shard source."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dataecho.remote import FetchError, RemoteShards, ShardError, ShardServer, fetch, write_shards
+
+# Every test must leave no server or request thread behind (fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "x.bin").write_bytes(b"payload" * 100)
+    return tmp_path
+
+
+@pytest.fixture
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, (20, 6, 6), np.uint8), rng.integers(0, 10, 20)
+
+
+def test_fetch_retries_5xx_until_the_file_arrives(root: Path) -> None:
+    with ShardServer(root) as server:
+        server.fail_next(3, status=503)
+        assert fetch(server.url + "/x.bin", backoff=0.001) == b"payload" * 100
+        assert server.requests == 4
+
+
+def test_fetch_reaches_loopback_even_when_a_proxy_is_set(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens on port 9
+    urllib.request.install_opener(None)  # the default opener reads the proxy anew
+    try:
+        with ShardServer(root) as server:
+            assert fetch(server.url + "/x.bin", retries=0) == b"payload" * 100
+    finally:
+        monkeypatch.undo()
+        urllib.request.install_opener(None)
+
+
+def test_fetch_retries_dropped_connections(root: Path) -> None:
+    with ShardServer(root) as server:
+        server.drop_next(2)
+        assert fetch(server.url + "/x.bin", backoff=0.001) == b"payload" * 100
+        assert server.requests == 3
+
+
+def test_fetch_retries_429_but_not_other_client_errors(root: Path) -> None:
+    with ShardServer(root) as server:
+        server.fail_next(1, status=429)
+        assert fetch(server.url + "/x.bin", backoff=0.001) == b"payload" * 100
+        server.fail_next(1, status=403)
+        with pytest.raises(FetchError, match=r"answered HTTP 403 .*not retried") as info:
+            fetch(server.url + "/x.bin", backoff=0.001)
+        assert (info.value.status, info.value.attempts, server.requests) == (403, 1, 3)
+
+
+def test_fetch_fails_at_once_on_404_naming_the_url(root: Path) -> None:
+    with ShardServer(root) as server:
+        url = server.url + "/nope.tar"
+        with pytest.raises(FetchError, match=re.escape(f"fetch: {url} answered HTTP 404")):
+            fetch(url)
+        assert server.requests == 1
+
+
+def test_fetch_gives_up_naming_url_and_attempts(root: Path) -> None:
+    with ShardServer(root) as server:
+        server.fail_next(10)
+        url = server.url + "/x.bin"
+        message = re.escape(f"gave up on {url} after 3 attempts") + ".*HTTP 503"
+        with pytest.raises(FetchError, match=message):
+            fetch(url, retries=2, backoff=0.001)
+        assert server.requests == 3
+
+
+def test_fetch_backs_off_exponentially(root: Path) -> None:
+    with ShardServer(root) as server:
+        server.fail_next(3)
+        start = time.perf_counter()
+        fetch(server.url + "/x.bin", backoff=0.04)
+        assert 0.04 + 0.08 + 0.16 <= time.perf_counter() - start < 1.0
+
+
+def test_fetch_gives_up_on_a_closed_port() -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(FetchError, match=r"after 2 attempts .*(Refused|URLError)") as info:
+        fetch(f"http://127.0.0.1:{port}/x", retries=1, backoff=0.0, timeout=2)
+    assert info.value.status is None
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("ftp://host/x", {}, "url must start with http:// or https://, got 'ftp://host/x'"),
+        ("http://h/x", {"retries": -1}, r"retries must be >= 0 \(0 tries once\), got -1"),
+        ("http://h/x", {"backoff": -1.0}, "backoff must be >= 0 and timeout > 0"),
+        ("http://h/x", {"timeout": 0}, "timeout=0"),
+        ("http://h/x", {"timeout": float("inf")}, "both finite"),
+    ],
+)
+def test_fetch_rejects_bad_arguments(url: str, options: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fetch(url, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"retries": 1.5}, "retries must be an int, got float"),
+     ({"backoff": "1"}, "backoff must be a number of seconds, got '1'")],
+)
+def test_fetch_rejects_wrong_argument_types(options: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        fetch("http://h/x", **options)  # type: ignore[arg-type]
+
+
+def test_remote_shards_stream_every_sample_in_order(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    images, labels = data
+    write_shards(images, labels, tmp_path, shard_size=7, prefix="val")
+    with ShardServer(tmp_path) as server:
+        server.drop_next(1)  # a fault on the index fetch is retried transparently
+        source = RemoteShards(server.url, prefix="val", backoff=0.001)
+        assert len(source) == 20 and "shards=3, samples=20" in repr(source)
+        got = list(source)
+    assert [label for _, label in got] == labels.tolist()
+    assert np.array_equal(np.stack([image for image, _ in got]), images)
+
+
+def test_remote_shards_restore_at_every_step_yields_the_rest(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    write_shards(*data, tmp_path, shard_size=7)
+    with ShardServer(tmp_path) as server:
+        source = RemoteShards(server.url, decode=False)
+        states, items = [source.state_dict()], []
+        for item in source:
+            items.append(item)
+            states.append(source.state_dict())
+        for step, state in enumerate(states):
+            restored = RemoteShards(server.url, decode=False)
+            restored.load_state_dict(state)
+            assert list(restored) == items[step:], step
+
+
+def test_corrupt_remote_shard_error_names_the_shard(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    names = write_shards(*data, tmp_path, shard_size=7)
+    (tmp_path / names[1]).write_bytes(b"\0" * 100 + b"garbage")
+    message = r"shard 'train-00001\.tar' is not a valid tar"
+    with ShardServer(tmp_path) as server, pytest.raises(ShardError, match=message):
+        list(RemoteShards(server.url))
+
+
+def test_shard_shorter_than_its_index_entry_is_reported(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    names = write_shards(*data, tmp_path, shard_size=7)
+    (tmp_path / names[0]).write_bytes((tmp_path / names[2]).read_bytes())  # 6 samples, not 7
+    with ShardServer(tmp_path) as server, pytest.raises(
+        ShardError, match=r"shard 'train-00000\.tar' holds 6 samples but the index lists 7"
+    ):
+        list(RemoteShards(server.url))
+
+
+def test_load_state_dict_rejects_a_position_outside_the_index(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    write_shards(*data, tmp_path, shard_size=7)
+    with ShardServer(tmp_path) as server:
+        source = RemoteShards(server.url)
+        with pytest.raises(ValueError, match=r"state must point into the 3 shards .*'offset': 9"):
+            source.load_state_dict({"shard": 0, "offset": 9})
+        source.load_state_dict({"shard": 3, "offset": 0})  # the end is a valid position
+        assert list(source) == []
