@@ -10,25 +10,36 @@ Stages wrap their upstream and checkpoint with ``state_dict``/``load_state_dict`
 (4, 8, 16)
 """
 
+from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
+from .adaptive_examples import AdaptiveExamples
 from .batch import Batch, collate
 from .echo import Echo
 from .iterable import IterableSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
+from .profiler import Profile, profile
 from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage
+from .stall import AdaptiveStats, LoopTiming, Monitor
 from .stats import EchoStats
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MAX_FACTOR",
     "VARIANTS",
+    "AdaptiveEcho",
+    "AdaptiveExamples",
+    "AdaptiveStats",
     "Batch",
     "Echo",
     "EchoStats",
     "IterableSource",
+    "LoopTiming",
     "Map",
+    "Monitor",
+    "Profile",
     "Shuffle",
     "Source",
     "Stage",
@@ -37,4 +48,5 @@ __all__ = [
     "as_stage",
     "collate",
     "pipeline",
+    "profile",
 ]

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from ._checks import check_factor, check_positive_int, check_seed
 from ._rng import derive_seed
+from .adaptive import DEFAULT_MAX_FACTOR
+from .adaptive_examples import make_auto
 from .batch import Batch
 from .echo import Echo
 from .map import Map
@@ -23,7 +25,8 @@ def pipeline(
     *,
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
-    factor: float = 2.0,
+    factor: float | Literal["auto"] = 2.0,
+    max_factor: int = DEFAULT_MAX_FACTOR,
     batch_size: int | None = 128,
     buffer_size: int | None = None,
     drop_last: bool = False,
@@ -51,7 +54,11 @@ def pipeline(
         data: map-style data set of decoded examples (the expensive read happens here).
         augment: ``fn(example)`` or ``fn(example, rng)``; None for no augmentation.
         echo: the variant, or None for no echoing.
-        factor: echo factor, a real number >= 1 (fractional values allowed).
+        factor: echo factor, a real number >= 1 (fractional values allowed), or
+            ``"auto"``: echo only while fresh data is late (a prefetch thread reads
+            upstream; see :class:`dataecho.AdaptiveExamples`), never more than
+            ``max_factor`` uses per fresh item. Not bit-reproducible.
+        max_factor: the cap on uses per fresh item with ``factor="auto"``.
         batch_size: examples per batch, or None for a stream of examples (example
             echoing only), e.g. to let a DataLoader batch them.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
@@ -78,7 +85,13 @@ def pipeline(
             f"echo must be one of {', '.join(map(repr, VARIANTS))} or None, got {echo!r}; "
             "pass echo='before_augmentation' for the paper's best variant"
         )
-    factor = check_factor(factor)
+    auto = factor == "auto"
+    factor = 1.0 if auto else check_factor(factor)
+    if auto and batch_size is None:
+        raise ValueError(
+            "batch_size must be an int >= 1 with factor='auto' (adaptive echoing fills "
+            "batches), got None; pass batch_size"
+        )
     if batch_size is None and echo == "batch":
         raise ValueError(
             "batch_size must be an int >= 1 for echo='batch' (batch echoing repeats "
@@ -91,7 +104,7 @@ def pipeline(
         example_level = echo in ("before_augmentation", "after_augmentation")
         buffer_size = 10 * (batch_size or 100) if example_level else 1
     buffer_size = check_positive_int(buffer_size, "buffer_size")
-    if echo is None or factor == 1.0:
+    if echo is None or (factor == 1.0 and not auto):
         echo = None
 
     def sub(tag: int) -> int:  # distinct streams per stage, first epoch and shard
@@ -99,6 +112,10 @@ def pipeline(
 
     stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
                                epoch=epoch, shard_index=shard_index, num_shards=num_shards)
+    if auto and echo is not None:
+        return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
+                         augment=augment, drop_last=drop_last, collate=collate,
+                         seed=sub(1), max_factor=max_factor)
     if echo == "before_augmentation":
         stage = Echo(stage, factor, seed=sub(1))
     if augment is not None:

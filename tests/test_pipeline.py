@@ -92,3 +92,18 @@ def test_endless_pipeline_with_num_epochs_none():
     for _ in range(100):
         next(p)
     assert p.stats().batches == 100 and p.stats().emitted_examples == 700
+
+
+@pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
+def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(variant):
+    p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor="auto", batch_size=8,
+                          max_factor=3)
+    used = collections.Counter(int(v) // 1000 for b in p for v in b)
+    assert set(used) == set(range(60)) and max(used.values()) <= 3
+    assert p.stats().fresh_examples == 60
+    p.close()
+
+
+def test_auto_factor_needs_a_batch_size():
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 with factor='auto'"):
+        dataecho.pipeline(DATA, factor="auto", batch_size=None)

@@ -125,3 +125,43 @@ def test_error_raised_by_the_loader_reaches_the_caller():
 
     with pytest.raises(OSError, match="bucket unreachable"):
         list(EchoBatches(Loader(), 2))
+
+
+class SlowLoader:
+    """A loader whose batches arrive every 20 ms, for a 5 ms step: R is about 4."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        import time
+        for i in range(self.n):
+            time.sleep(0.02)
+            yield torch.full((4,), float(i))
+
+
+def test_auto_factor_echoes_while_the_loader_is_late_and_stops_its_thread(no_thread_leak):
+    import time
+
+    echoed = EchoBatches(SlowLoader(12), "auto", max_factor=3)
+    steps = 0
+    for _ in echoed:
+        time.sleep(0.005)
+        steps += 1
+    s = echoed.stats()
+    assert s.fresh_items == 12 and steps == s.emitted_items
+    assert 1.0 < s.realised_factor <= 3.0
+
+
+def test_auto_factor_has_no_len_and_says_why():
+    with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor='auto' is unknown"):
+        len(EchoBatches(loader(), "auto"))
+
+
+def test_auto_factor_detects_in_place_modification_of_a_repeated_batch():
+    import time
+
+    with pytest.raises(RuntimeError, match=r"modified an echoed batch in place"):
+        for batch in EchoBatches(SlowLoader(6), "auto"):
+            batch.mul_(0)
+            time.sleep(0.005)

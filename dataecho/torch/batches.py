@@ -9,10 +9,11 @@ import torch
 
 from .._checks import check_factor, check_iterable, check_seed
 from .._rng import derive_seed
+from ..adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo, total_copies
 from ..iterable import as_stage
-from ..stage import State
-from ..stats import EchoStats
+from ..stage import Stage, State
+from ..stats import Counting, EchoStats
 
 
 class EchoBatches:
@@ -32,9 +33,16 @@ class EchoBatches:
     Batch echoing repeats the same examples in consecutive steps; the paper found
     example echoing (:class:`dataecho.torch.EchoDataset`) at least as good.
 
+    ``factor="auto"`` reads the loader in a background thread and echoes a batch only
+    while the next fresh one is not ready, at most ``max_factor`` uses per batch
+    (:class:`dataecho.AdaptiveEcho`); ``len()`` is then unknown and a ``TypeError``.
+
     Args:
         loader: any iterable of batches, re-iterable once per epoch.
-        factor: echo factor >= 1, fractional allowed.
+        factor: echo factor >= 1, fractional allowed, or ``"auto"``.
+        max_factor: cap on uses per fresh batch with ``factor="auto"``.
+        agree: with ``factor="auto"`` under DDP, a
+            ``dataecho.torch_distributed.RankAgreement()`` so ranks take equal steps.
         seed: seed of the fractional draws (each epoch derives its own).
         clone: yield clones so the step may modify batches in place.
         check_inplace: detect in-place modification (free: reads tensor versions).
@@ -54,20 +62,24 @@ class EchoBatches:
     def __init__(
         self,
         loader: Iterable[Any],
-        factor: float,
+        factor: float | str,
         *,
+        max_factor: int = DEFAULT_MAX_FACTOR,
+        agree: Any = None,
         seed: int = 0,
         clone: bool = False,
         check_inplace: bool = True,
         size: Callable[[Any], int] | None = None,
     ) -> None:
         self.loader = check_iterable(loader, "loader")
-        self.factor = check_factor(factor)
+        self.auto = factor == "auto"
+        self.factor = 1.0 if self.auto else check_factor(factor)
+        self.max_factor, self.agree = max_factor, agree
         self.seed = check_seed(seed)
         self.clone, self.check_inplace = bool(clone), bool(check_inplace)
         self.size = size or batch_size_of
         self.epoch = 0
-        self._echo: Echo[Any] | None = None
+        self._echo: Stage[Any] | None = None
         self._pending: Mapping[str, Any] | None = None
         self._done = (0, 0, 0, 0)  # counts of finished epochs
 
@@ -75,6 +87,12 @@ class EchoBatches:
         return derive_seed(self.seed, self.epoch)
 
     def __len__(self) -> int:
+        if self.auto:
+            raise TypeError(
+                "len() of EchoBatches with factor='auto' is unknown: the number of echoed "
+                "steps depends on how fast the loader turns out to be; give LR schedules a "
+                "step budget instead, or pass a fixed factor"
+            )
         n = len(self.loader)  # type: ignore[arg-type]
         return total_copies(self.factor, self._epoch_seed(), n)
 
@@ -86,36 +104,54 @@ class EchoBatches:
                 target.set_epoch(epoch)  # type: ignore[union-attr]
                 break
 
+    def _make_echo(self) -> Stage[Any]:
+        upstream = as_stage(self.loader)
+        if self.auto:
+            return AdaptiveEcho(upstream, max_factor=self.max_factor, seed=self._epoch_seed(),
+                                size=self.size, agree=self.agree)
+        return Echo(upstream, self.factor, seed=self._epoch_seed(), size=self.size)
+
     def __iter__(self) -> Iterator[Any]:
         self._finish_epoch()
-        echo = Echo(as_stage(self.loader), self.factor, seed=self._epoch_seed(), size=self.size)
+        echo = self._make_echo()
         if self._pending is not None:
             echo.load_state_dict(self._pending)
             self._pending = None
         self._echo = echo
-        versions: list[int] | None = None
-        for batch in echo:
-            pending = echo._left > 0  # more copies of this batch follow
-            if versions is not None and self.check_inplace and versions != _versions(batch):
-                raise RuntimeError(
-                    "the training step modified an echoed batch in place (a tensor's version "
-                    "counter changed), so its next copy would be corrupted; pass "
-                    "clone=True to EchoBatches, or avoid in-place ops on the input batch"
-                )
-            versions = _versions(batch) if pending and self.check_inplace else None
-            yield _clone(batch) if pending and self.clone else batch
+        prev: Any = None
+        versions: list[int] = []
+        try:
+            for batch in echo:
+                if batch is prev and self.check_inplace and versions != _versions(batch):
+                    raise RuntimeError(
+                        "the training step modified an echoed batch in place (a tensor's "
+                        "version counter changed), so its next copy would be corrupted; pass "
+                        "clone=True to EchoBatches, or avoid in-place ops on the input batch"
+                    )
+                prev = batch
+                versions = _versions(batch) if self.check_inplace else []
+                # A fixed factor knows whether another copy follows; "auto" cannot.
+                repeats = self.auto or getattr(echo, "_left", 0) > 0
+                yield _clone(batch) if self.clone and repeats else batch
+        finally:
+            echo.close()
         self._finish_epoch()
         self.epoch += 1
 
+    def _counts(self) -> tuple[int, int, int, int]:
+        echo = self._echo
+        return echo.echo_counts() if isinstance(echo, Counting) else (0, 0, 0, 0)
+
     def _finish_epoch(self) -> None:
         if self._echo is not None:
-            self._done = tuple(a + b for a, b in zip(self._done, self._echo.echo_counts(),
-                                                     strict=True))  # type: ignore[assignment]
+            f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, self._counts(),
+                                                            strict=True))
+            self._done = (f_ex, e_ex, f_it, e_it)
             self._echo = None
 
     def stats(self) -> EchoStats:
         """Fresh and emitted counts over all epochs so far."""
-        now = self._echo.echo_counts() if self._echo is not None else (0, 0, 0, 0)
+        now = self._counts()
         f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, now, strict=True))
         return EchoStats(f_ex, e_ex, f_it, e_it, e_it)
 
@@ -143,7 +179,8 @@ class EchoBatches:
         self._echo, self._pending = None, state["echo"]
 
     def __repr__(self) -> str:
-        return (f"EchoBatches(<{type(self.loader).__name__}>, factor={self.factor!r}, "
+        factor = "auto" if self.auto else self.factor
+        return (f"EchoBatches(<{type(self.loader).__name__}>, factor={factor!r}, "
                 f"seed={self.seed!r}, clone={self.clone!r})")
 
 

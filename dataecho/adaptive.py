@@ -1,0 +1,250 @@
+"""Adaptive batch echoing: repeat a recent batch only while the fresh one is late."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
+from functools import partial
+from typing import Any, TypeVar
+
+from . import _rng
+from ._checks import check_positive_int, check_seed
+from .iterable import as_stage
+from .policy import Agreement, EchoBuffer, Feed, alone, plan
+from .prefetch import Prefetcher, _check_timeout, default_size, reader
+from .stage import Stage, State
+from .stall import AdaptiveStats
+
+T = TypeVar("T")
+
+#: Uses of one fresh item at most, by default: the reason is in AdaptiveEcho's docstring.
+DEFAULT_MAX_FACTOR = 4
+_TAG = 0xAD  # counter-keyed stream of echo picks, distinct from the core stages' tags
+
+Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in examples)
+
+
+class AdaptiveEcho(Stage[T]):
+    """Yields the next upstream item if it is ready, else an echo of a recent one.
+
+    A background thread reads ``upstream`` into a queue of ``prefetch`` items. On each
+    ``next()`` a ready fresh item wins; when none is ready the latest item (or one of
+    the ``buffer_size`` latest, picked by a ``(seed, step)``-keyed draw) is emitted
+    again instead of waiting, but no fresh item is used more than ``max_factor`` times
+    in total: then the consumer waits. The realised factor therefore tracks
+    ``R = t_upstream / t_downstream`` capped at ``max_factor``, and with ``R <= 1``
+    nothing is echoed. Decisions depend on timing, so runs are not bit-reproducible;
+    use :class:`~dataecho.Echo` with a fixed factor when they must be.
+
+    Warm-up: the first ``min_fresh`` items of a pass (and after a restore) are always
+    fresh, waiting if necessary, so training never starts on echoes alone. End: the
+    pass ends once the upstream is exhausted and every item it produced has been
+    emitted; leftover echo budget is dropped, since nothing is waited for any more.
+
+    Checkpoint: counters plus the upstream state right after the last fresh item this
+    stage emitted. Items prefetched but not yet emitted are re-read on restore, so no
+    fresh item is lost or emitted fresh twice; the echo buffer is not saved (echoes
+    after a restore come from items read after it).
+
+    Threads: the thread stops on :meth:`close` or leaving a ``with`` block, on an
+    exception or KeyboardInterrupt in ``next()``, on garbage collection, and by itself
+    a second after the consumer stopped reading (a ``break``). Upstream exceptions are
+    re-raised here with their original type and traceback.
+
+    Args:
+        upstream: any iterable of batches: a DataLoader, a Ray iterator, a Stage.
+        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo).
+            Default 4: the paper's gains grow up to e ≈ 4-8 with diminishing returns,
+            and about 4 repetitions of data are nearly as good as fresh data
+            (Muennighoff et al., 2023); 4 is the largest cap safe by both measures.
+        min_fresh: fresh items at the start of each pass before echoing may begin.
+        buffer_size: recent items echoes are drawn from (1: the latest only).
+        prefetch: fresh items the thread reads ahead.
+        timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
+        seed: seed of the draws from the buffer.
+        size: examples in an item, for accounting; default ``prefetch.default_size``.
+        agree: cross-rank agreement, e.g. ``dataecho.torch_distributed.RankAgreement()``,
+            so every DDP rank takes the same decisions and number of steps.
+        feed: builds the feed from a ``produce()`` function; default a
+            :class:`~dataecho.prefetch.Prefetcher`. Tests pass a ``SimulatedFeed``.
+        clock: seconds counter for the stall accounting; default ``time.perf_counter``.
+
+    Example:
+        >>> with AdaptiveEcho([[1, 2], [3, 4]], max_factor=2) as stage:
+        ...     batches = list(stage)  # 2 to 4 batches: a few echoes while the thread starts
+        >>> batches[0], 2 <= len(batches) <= 4, stage.stats().fresh_examples
+        ([1, 2], True, 4)
+    """
+
+    upstream: Stage[Any]
+
+    def __init__(
+        self,
+        upstream: Iterable[T],
+        *,
+        max_factor: int = DEFAULT_MAX_FACTOR,
+        min_fresh: int = 1,
+        buffer_size: int = 1,
+        prefetch: int = 2,
+        timeout: float | None = 120.0,
+        seed: int = 0,
+        size: Callable[[T], int] | None = None,
+        agree: Agreement | None = None,
+        feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.upstream = as_stage(upstream)
+        self.max_factor = check_positive_int(max_factor, "max_factor")
+        self.min_fresh = check_positive_int(min_fresh, "min_fresh")
+        self.buffer_size = check_positive_int(buffer_size, "buffer_size")
+        self.prefetch = check_positive_int(prefetch, "prefetch")
+        self.timeout = _check_timeout(timeout)
+        self.seed = check_seed(seed)
+        self.agree: Agreement = agree or alone
+        self._make_feed = feed or partial(Prefetcher, depth=self.prefetch, timeout=self.timeout)
+        self._clock = clock or time.perf_counter
+        self._size = size or default_size(self.upstream)
+        self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
+        self._feed: Feed[Any] | None = None
+        self._resume: State | None = None  # upstream state after the last fresh item taken
+        self._over = False  # this pass ended (exhausted, failed or closed)
+        self._fresh = self._fresh_ex = self._emitted = self._emitted_ex = self._steps = 0
+        self._warm = 0  # fresh items since the pass began or was restored
+        self._first: float | None = None  # clock at the first next()
+        self._end: float | None = None  # clock when the pass ended
+        self._blocked = 0.0  # seconds inside next()
+
+    def __next__(self) -> T:
+        if self._over:
+            raise StopIteration
+        start = self._clock()
+        if self._first is None:
+            self._first = start
+        try:
+            out = self._step()
+        except StopIteration:
+            self._over, self._end = True, self._clock()
+            self._blocked += self._end - start
+            raise
+        except BaseException:  # KeyboardInterrupt included: stop the thread, promptly
+            self._over = True
+            self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
+            raise
+        self._blocked += self._clock() - start
+        return out  # type: ignore[no-any-return]
+
+    def _step(self) -> Any:
+        copies = self._assemble(1)
+        if not copies:
+            raise StopIteration
+        self._emit(copies)
+        return copies[0][0]
+
+    def _assemble(self, need: int) -> list[Copy]:
+        """Fresh items and echoes for one step, as agreed with the other ranks."""
+        feed = self._open()
+        out: list[Copy] = []
+        taken = 0  # fresh items in out
+        while need:
+            warm = self._warm + taken >= self.min_fresh
+            capacity = min(self._buffer.capacity, need) if warm else 0
+            finished = feed.finished()  # before ready(): no item can follow a True
+            ready = feed.ready()
+            p = plan(need, *self.agree(min(ready, need), capacity, finished and not ready))
+            fresh = [self._take(feed.get()) for _ in range(p.fresh)]
+            if p.block:
+                with suppress(StopIteration):  # then the next vote sees finished()
+                    fresh.append(self._take(feed.get()))
+            out += fresh
+            taken += len(fresh)
+            need -= len(fresh)
+            if p.echoes:
+                out += self._draw(p.echoes)
+                need = 0
+            if p.stop:
+                if finished and not ready:
+                    with suppress(StopIteration):
+                        feed.get()  # raises the upstream's error, if that is why it ended
+                break
+        for value, index, _, size in out[:taken]:
+            self._buffer.add((value, size), index)
+        self._warm += taken
+        return out
+
+    def _take(self, produced: tuple[Any, State, int]) -> Copy:
+        value, self._resume, size = produced
+        index = self._fresh
+        self._fresh += 1
+        self._fresh_ex += size
+        return value, index, 0, size
+
+    def _draw(self, n: int) -> list[Copy]:
+        choice = None
+        if self._buffer.capacity > n:
+            choice = _rng.rng(self.seed, _TAG, self._steps)
+        return [(v, i, use, size) for (v, size), i, use in self._buffer.draw(n, choice)]
+
+    def _emit(self, copies: list[Copy]) -> None:
+        self._steps += 1
+        self._emitted += len(copies)
+        self._emitted_ex += sum(c[3] for c in copies)
+
+    def _open(self) -> Feed[Any]:
+        if self._feed is None:
+            self._resume = self.upstream.state_dict()
+            self._feed = self._make_feed(reader(self.upstream, self._size))
+        return self._feed
+
+    def _stop_feed(self, wait: float = 5.0) -> None:
+        if isinstance(self._feed, Prefetcher):
+            self._feed.close(wait)
+        elif self._feed is not None:
+            self._feed.close()
+
+    def close(self) -> None:
+        """Stops the prefetch thread, then closes the upstream; the pass is over."""
+        self._over = True
+        self._stop_feed()
+        super().close()
+
+    def queued(self) -> int:
+        """Fresh items read ahead and waiting; a queue that stays full means not input-bound."""
+        return 0 if self._feed is None or self._over else self._feed.ready()
+
+    def timing(self) -> AdaptiveStats:
+        """Echo counts plus blocked time and stall fraction since the first ``next()``."""
+        end = self._end if self._end is not None else self._clock()
+        wall = 0.0 if self._first is None else end - self._first
+        return AdaptiveStats(self.stats(), self._steps, self._blocked, wall)
+
+    def echo_counts(self) -> tuple[int, int, int, int]:
+        """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
+        return self._fresh_ex, self._emitted_ex, self._fresh, self._emitted
+
+    def _config(self) -> dict[str, Any]:
+        return {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
+                "buffer_size": self.buffer_size, "seed": self.seed}
+
+    def _repr_args(self) -> dict[str, Any]:
+        args = {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
+                "prefetch": self.prefetch}
+        if self.buffer_size > 1:
+            args |= {"buffer_size": self.buffer_size, "seed": self.seed}
+        return args
+
+    def _get_state(self) -> State:
+        upstream = self._resume if self._resume is not None else self.upstream.state_dict()
+        return {"upstream": upstream, "fresh": self._fresh, "fresh_examples": self._fresh_ex,
+                "emitted": self._emitted, "emitted_examples": self._emitted_ex,
+                "steps": self._steps}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self._stop_feed()
+        self._feed, self._over, self._warm = None, False, 0
+        self._buffer.clear()
+        self.upstream.load_state_dict(state["upstream"])
+        self._resume = dict(state["upstream"])
+        self._fresh, self._fresh_ex = int(state["fresh"]), int(state["fresh_examples"])
+        self._emitted, self._emitted_ex = int(state["emitted"]), int(state["emitted_examples"])
+        self._steps = int(state["steps"])

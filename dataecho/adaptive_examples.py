@@ -1,0 +1,188 @@
+"""Adaptive example echoing before augmentation, the paper's best variant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import _rng
+from ._checks import check_positive_int
+from ._rng import derive_seed
+from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
+from .batch import Batch
+from .batch import collate as default_collate
+from .map import Map, _name, _takes_rng
+from .policy import Agreement, Feed, alone
+from .stage import Stage, State
+
+_TAG = 0xA6  # per-copy augmentation stream, distinct from the core stages' tags
+
+
+class AdaptiveExamples(AdaptiveEcho[Any]):
+    """Batches of the fresh examples that are ready, topped up with re-augmented echoes.
+
+    A thread reads decoded examples ahead. Each batch takes the fresh examples that
+    are ready; the shortfall is filled with echoes drawn at random from a buffer of the
+    ``buffer_size`` most recent examples, each copy augmented anew with a generator
+    keyed by ``(seed, example's fresh index, copy number)``. Copies of one example are
+    spread across batches: an example is never drawn into the batch it arrived in,
+    nor twice into one batch, and random draws from a buffer of several batches
+    scatter its copies over them. No example is used more than ``max_factor`` times;
+    when the buffer cannot fill a batch, the consumer waits for fresh examples.
+
+    Augmentation runs in the consumer's thread (after the echo, by design), so its
+    time counts as blocked time in :meth:`timing`.
+
+    Warm-up: by default the buffer is filled with fresh examples before the first
+    echo (``min_fresh = buffer_size``): the stock of echo budget it builds is what
+    keeps copies apart (about ``buffer_size / echoes per batch`` batches). End: the
+    pass ends once the upstream is exhausted and every example read has been emitted;
+    the last batch is topped up with echoes when the buffer allows, else it is partial
+    (dropped with ``drop_last``, and always under an ``agree`` so that all ranks stop
+    together).
+
+    Checkpoint, threads and cross-rank agreement: as :class:`AdaptiveEcho`.
+
+    Args:
+        upstream: decoded examples (the expensive read happens upstream).
+        batch_size: examples per batch.
+        augment: ``fn(example, rng)`` or ``fn(example)``, applied to every copy.
+        max_factor: the most uses of one example, an int >= 1.
+        min_fresh: fresh examples before echoing may begin; default ``buffer_size``.
+        buffer_size: recent examples echoes are drawn from; default 4 batches, so that
+            at ``R = 4`` each example stays about 16 batches, long enough to spend its
+            budget, while memory stays at a few batches of decoded examples.
+        prefetch: examples read ahead; default 2 batches.
+        drop_last: drop a final partial batch.
+        collate: list of examples -> batch; default :func:`dataecho.collate` (numpy).
+        timeout, seed, agree, feed, clock: as :class:`AdaptiveEcho`.
+
+    Example:
+        >>> with AdaptiveExamples(range(8), 4, augment=lambda x, rng: x * 10) as stage:
+        ...     batches = [b.tolist() for b in stage]
+        >>> batches[0], stage.stats().fresh_examples
+        ([0, 10, 20, 30], 8)
+    """
+
+    def __init__(
+        self,
+        upstream: Iterable[Any],
+        batch_size: int,
+        *,
+        augment: Callable[..., Any] | None = None,
+        max_factor: int = DEFAULT_MAX_FACTOR,
+        min_fresh: int | None = None,
+        buffer_size: int | None = None,
+        prefetch: int | None = None,
+        drop_last: bool = False,
+        collate: Callable[[list[Any]], Any] | None = None,
+        timeout: float | None = 120.0,
+        seed: int = 0,
+        agree: Agreement | None = None,
+        feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        if augment is not None and not callable(augment):
+            raise TypeError(
+                f"augment must be callable as augment(example, rng) or augment(example), "
+                f"got {type(augment).__name__}; pass a function or None")
+        if collate is not None and not callable(collate):
+            raise TypeError(
+                f"collate must be callable as collate(list_of_examples), got "
+                f"{type(collate).__name__}; pass a function or None for the default")
+        b = self.batch_size
+        buffer_size = 4 * b if buffer_size is None else buffer_size
+        super().__init__(upstream, max_factor=max_factor,
+                         min_fresh=buffer_size if min_fresh is None else min_fresh,
+                         buffer_size=buffer_size, prefetch=2 * b if prefetch is None else prefetch,
+                         timeout=timeout, seed=seed, size=lambda _: 1, agree=agree,
+                         feed=feed, clock=clock)
+        self.augment = augment
+        self.random = augment is not None and _takes_rng(augment)
+        self.drop_last = bool(drop_last)
+        self.collate: Callable[[list[Any]], Any] = collate or default_collate
+        self.last_size = 0  # examples in the latest batch (read by a later Echo)
+
+    @property
+    def batches(self) -> int:
+        """Batches emitted."""
+        return self._steps
+
+    @property
+    def examples(self) -> int:
+        """Examples in them, echoes included."""
+        return self._emitted_ex
+
+    def _step(self) -> Any:
+        copies = self._assemble(self.batch_size)
+        partial = len(copies) < self.batch_size
+        if not copies or (partial and (self.drop_last or self.agree is not alone)):
+            raise StopIteration
+        self._emit(copies)
+        self.last_size = len(copies)
+        return self.collate([self._augmented(c) for c in copies])
+
+    def _augmented(self, copy: Copy) -> Any:
+        value, index, use, _ = copy
+        if self.augment is None:
+            return value
+        if self.random:
+            return self.augment(value, _rng.rng(self.seed, _TAG, index, use))
+        return self.augment(value)
+
+    def _config(self) -> dict[str, Any]:
+        name = _name(self.augment) if self.augment is not None else None
+        return {**super()._config(), "batch_size": self.batch_size, "augment": name,
+                "drop_last": self.drop_last}
+
+    def _repr_args(self) -> dict[str, Any]:
+        args = {"batch_size": self.batch_size, **super()._repr_args(),
+                "buffer_size": self.buffer_size, "seed": self.seed}
+        if self.augment is not None:
+            args["augment"] = self._config()["augment"]
+        return args
+
+    def _get_state(self) -> State:
+        return {**super()._get_state(), "last_size": self.last_size}
+
+    def _set_state(self, state: Any) -> None:
+        super()._set_state(state)
+        self.last_size = int(state["last_size"])
+
+
+def make_auto(
+    source: Iterable[Any],
+    *,
+    echo: str,
+    batch_size: int,
+    augment: Callable[..., Any] | None = None,
+    drop_last: bool = False,
+    collate: Callable[[list[Any]], Any] | None = None,
+    seed: int = 0,
+    max_factor: int = DEFAULT_MAX_FACTOR,
+) -> Stage[Any]:
+    """The tail of a pipeline with ``factor="auto"`` for one of the paper's variants.
+
+    - ``"before_augmentation"``: ``AdaptiveExamples(source, augment=augment)``;
+    - ``"after_augmentation"``: ``Map(augment)`` -> ``AdaptiveExamples`` (identical copies);
+    - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``.
+
+    Example:
+        >>> stage = make_auto(range(6), echo="batch", batch_size=3)
+        >>> [b.tolist() for b in stage][0], stage.stats().fresh_examples
+        ([0, 1, 2], 6)
+    """
+    if echo not in ("before_augmentation", "after_augmentation", "batch"):
+        raise ValueError(
+            f"echo must be 'before_augmentation', 'after_augmentation' or 'batch' for "
+            f"factor='auto', got {echo!r}; pass echo='before_augmentation'")
+    stage: Iterable[Any] = source
+    if echo != "before_augmentation" and augment is not None:
+        stage = Map(stage, augment, seed=derive_seed(seed, 2))
+    if echo == "batch":
+        batches = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
+        return AdaptiveEcho(batches, max_factor=max_factor, seed=derive_seed(seed, 1))
+    return AdaptiveExamples(stage, batch_size, max_factor=max_factor, drop_last=drop_last,
+                            collate=collate, seed=derive_seed(seed, 1),
+                            augment=augment if echo == "before_augmentation" else None)

@@ -1,0 +1,26 @@
+"""``dataecho demo``: the paper's headline, data echoing on data read over a network.
+
+Fashion-MNIST is written once into WebDataset-style tar shards of PNGs and served by a
+throttled HTTP server on loopback. A small CNN trains on it three times, side by side:
+without echoing, with example echoing before augmentation at a fixed factor near
+``R``, and with adaptive echoing. Run ``dataecho demo --help`` for the options.
+
+Modules: ``stream`` (the checkpointable shard reader, numpy only), ``augment``,
+``loader`` (the pipeline in DataLoader workers), ``model``, ``calibrate``, ``train``,
+``data``, ``report`` (table, figure, JSON), ``config`` and ``main``.
+"""
+
+from __future__ import annotations
+
+
+def main(argv: list[str]) -> int:
+    """Runs ``dataecho demo ARGS``; see :func:`dataecho.demo.main.main`.
+
+    Imported lazily, so ``dataecho.demo.stream`` works without torch.
+    """
+    from .main import main as run_demo
+
+    return run_demo(argv)
+
+
+__all__ = ["main"]

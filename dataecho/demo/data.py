@@ -1,0 +1,64 @@
+"""The demo's data: Fashion-MNIST written once into tar shards, plus a fixed test subset."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..datasets import cache_dir, load_fashion_mnist
+from ..remote import write_shards
+
+# The held-out subset is the same for every seed and run: it is the measuring
+# instrument, not part of the experiment.
+_EVAL_SEED = 20190712
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """Where the shards are and what the trainer evaluates on.
+
+    Attributes:
+        shard_dir: the folder the server serves (``train-*.tar`` plus the index).
+        num_samples: training examples in the shards.
+        bytes_per_sample: shard bytes per example (PNG plus tar headers), which sets
+            the bandwidth for a given ``R``.
+        train_images, train_labels: the same examples in memory, for calibration only.
+        eval_images, eval_labels: the fixed held-out test subset.
+    """
+
+    shard_dir: Path
+    num_samples: int
+    bytes_per_sample: float
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    eval_images: np.ndarray
+    eval_labels: np.ndarray
+
+
+def prepare(train_size: int | None, eval_size: int, shard_size: int) -> DemoData:
+    """Writes the shards (once: later calls find them in the cache) and loads the test subset.
+
+    Raises:
+        FileNotFoundError: Fashion-MNIST is not installed; the message says how to get it
+            (``make demo`` installs it, or ``apt-get install dataset-fashion-mnist``).
+
+    Example:
+        >>> data = prepare(200, 100, 50)
+        >>> data.num_samples, data.eval_images.shape
+        (200, (100, 28, 28))
+    """
+    images, labels = load_fashion_mnist("train")
+    test_images, test_labels = load_fashion_mnist("test")
+    n = len(images) if train_size is None else min(int(train_size), len(images))
+    images, labels = images[:n], labels[:n]
+    folder = cache_dir() / "demo-shards" / f"fashion_mnist-{n}-{shard_size}"
+    write_shards(images, labels, folder, shard_size=shard_size)  # a no-op when present
+    index = json.loads((folder / "train-index.json").read_text())
+    total = sum(int(shard["bytes"]) for shard in index["shards"])
+    if not 0 < eval_size <= len(test_images):
+        raise ValueError(f"eval_size must be in [1, {len(test_images)}], got {eval_size}")
+    pick = np.random.default_rng(_EVAL_SEED).permutation(len(test_images))[:eval_size]
+    return DemoData(folder, n, total / n, images, labels, test_images[pick], test_labels[pick])

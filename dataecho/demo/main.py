@@ -1,0 +1,162 @@
+"""``dataecho demo``: baseline, fixed echoing and adaptive echoing, side by side."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..remote import ShardServer
+from .calibrate import calibrate, time_step, time_step_streaming
+from .config import DemoConfig, parse_args
+from .data import DemoData, prepare
+from .loader import Factor, StreamDataset, describe, make_loader
+from .model import pick_device, small_cnn
+from .report import (
+    measured_ratio,
+    peak_rss_mb,
+    plot,
+    summarize,
+    table,
+    versions,
+    write_json,
+)
+from .train import Evaluator, RunResult, Step, train_run
+
+WHY_TARGET = ("the small CNN (weights averaged) reaches it in about 1,400 steps from fresh "
+              "data, so the baseline, input-bound at R times the step time, finishes in "
+              "about 2-3 minutes on 2 CPU cores; 90% would take twice as long")
+
+
+def main(argv: list[str]) -> int:
+    """Runs the demo; returns the exit status (0 ok, 1 no data, 130 interrupted).
+
+    Example (seconds; writes its files under ``--out``)::
+
+        dataecho demo --smoke --out /tmp/demo
+    """
+    cfg = parse_args(argv)
+    try:
+        return run(cfg)
+    except FileNotFoundError as error:
+        print(f"dataecho demo: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: the shard server is stopped and the workers are shut down",
+              file=sys.stderr)
+        return 130
+
+
+def runs_of(cfg: DemoConfig) -> list[tuple[str, Factor]]:
+    """The runs to make: baseline, fixed echoing, and adaptive when it is installed."""
+    e = cfg.fixed_factor
+    runs: list[tuple[str, Factor]] = [("baseline", 1.0), (f"echo e={e:g}", e)]
+    if cfg.adaptive and importlib.util.find_spec("dataecho.adaptive_examples") is not None:
+        runs.append(("adaptive", "auto"))
+    elif cfg.adaptive:
+        print("  adaptive run skipped: dataecho.adaptive_examples is not available")
+    return runs
+
+
+def run(cfg: DemoConfig) -> int:
+    """The demo with a resolved configuration; writes table.txt, results.json, accuracy.png."""
+    began = time.perf_counter()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device, device_note = pick_device(cfg.device, cfg.threads)
+    print(f"dataecho demo ({cfg.preset}): Fashion-MNIST streamed over HTTP from a throttled "
+          f"server on 127.0.0.1, decoded and augmented in {cfg.num_workers} DataLoader worker(s)")
+    print(f"  {device_note}")
+    print(f"  target: {cfg.target:.0%} accuracy on {cfg.eval_size:,} held-out test images "
+          f"(evaluated every {cfg.eval_every} steps, clock paused); "
+          f"{WHY_TARGET if cfg.preset == 'default' else 'a ' + cfg.preset + ' preset'}")
+    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
+    with ShardServer(data.shard_dir, latency=cfg.latency) as server:
+        cal = calibrate(measure_t_down(cfg, data, device), cfg.ratio, data.bytes_per_sample,
+                        cfg.batch_size)
+        server.bandwidth = cal.bandwidth
+        idle = cal.t_down
+        if cfg.calibrate_under_load:
+            cal = calibrate(measure_t_down(cfg, data, device, url=server.url), cfg.ratio,
+                            data.bytes_per_sample, cfg.batch_size)
+            server.bandwidth = cal.bandwidth
+        print(f"  calibration: training step t_down = {1000 * cal.t_down:.1f} ms while the "
+              f"baseline pipeline runs ({1000 * idle:.1f} ms alone); one batch is "
+              f"{cal.bytes_per_batch / 1e3:.0f} kB of shards; bandwidth set to "
+              f"{cal.bandwidth / 1e6:.2f} MB/s so a batch takes {1000 * cal.fetch_s:.0f} ms "
+              f"to arrive (R = {cfg.ratio:g})")
+        evaluate = Evaluator(data.eval_images, data.eval_labels, device)
+        results = [one_run(cfg, server.url, name, factor, device, evaluate)
+                   for name, factor in runs_of(cfg)]
+        served = {"requests": server.requests, "bytes_sent": server.bytes_sent}
+    ratio = measured_ratio(results[0])
+    rows = summarize(results, ratio)
+    text = table(rows, cfg.target)
+    print(f"\nmeasured R = {ratio:.2f} (baseline stalled {results[0].stall_fraction:.0%} of "
+          f"its training time at {results[0].steps / results[0].train_s:.1f} steps/s)\n")
+    print(text)
+    for row in rows[1:]:
+        if row["speedup"] is not None:
+            pace = (f"{row['speedup']:.2f}x faster" if row["speedup"] >= 1
+                    else f"slower ({row['speedup']:.2f}x the speed)")
+            print(f"\n{row['run']}: {pace} to {cfg.target:.0%} than the "
+                  f"baseline (bound min(R, e) = {row['bound']:.2f}x), with "
+                  f"{row['fresh_ratio']:.2f}x the baseline's fresh examples")
+    plot(results, cfg.target, out / "accuracy.png",
+         f"Fashion-MNIST over a throttled link, R = {ratio:.1f} measured")
+    (out / "table.txt").write_text(text + "\n")
+    write_json(out / "results.json", {
+        "config": cfg.as_dict(), "device": str(device), "device_note": device_note,
+        "calibration": {"t_down_s": cal.t_down, "t_down_alone_s": idle, "ratio_set": cal.ratio,
+                        "bytes_per_batch": cal.bytes_per_batch, "bandwidth_Bps": cal.bandwidth,
+                        "bytes_per_sample": data.bytes_per_sample},
+        "measured_ratio": ratio, "rows": rows, "runs": [r.as_dict() for r in results],
+        "server": served, "rss": peak_rss_mb(results), "versions": versions(),
+        "wall_s": time.perf_counter() - began, "trials": 1,
+    })
+    rss = peak_rss_mb(results)
+    worker = "?" if rss["largest_worker_mb"] is None else f"{rss['largest_worker_mb']:.0f}"
+    print(f"\npeak RSS {rss['main_mb']:.0f} MB (trainer) + {worker} MB "
+          f"(largest worker); {time.perf_counter() - began:.0f} s in all; files in {out}/: "
+          "table.txt, accuracy.png, results.json")
+    return 0
+
+
+def measure_t_down(cfg: DemoConfig, data: DemoData, device: torch.device,
+                   url: str | None = None) -> float:
+    """Median seconds of a training step of the demo's model on real augmented batches.
+
+    With ``url``, the batches come from the baseline pipeline streaming from the server
+    (at whatever bandwidth it has), so the step is timed under the CPU load of the runs.
+    """
+    torch.manual_seed(cfg.seed)
+    probe = Step(small_cnn(), cfg.lr, device)
+    if url is None:
+        return time_step(probe, data.train_images, data.train_labels,
+                         batch_size=cfg.batch_size, steps=cfg.calibration_steps, seed=cfg.seed)
+    dataset = StreamDataset(url, batch_size=cfg.batch_size, buffer_size=cfg.buffer_size,
+                            seed=cfg.seed + 1, pad=cfg.pad)
+    loader = make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    return time_step_streaming(probe, loader, steps=cfg.calibration_steps)
+
+
+def one_run(cfg: DemoConfig, url: str, name: str, factor: Factor, device: torch.device,
+            evaluate: Evaluator) -> RunResult:
+    """One training run to ``cfg.target`` on the shards served at ``url``."""
+    dataset = StreamDataset(url, factor=factor, batch_size=cfg.batch_size,
+                            buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad)
+    pipeline = describe(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    print(f"\n{name}: {pipeline}")
+    torch.manual_seed(cfg.seed)  # every run starts from the same weights
+    step = Step(small_cnn(), cfg.lr, device)
+    loader = make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    result = train_run(RunResult(name, factor, pipeline), loader, step, evaluate,
+                       target=cfg.target, budget_s=cfg.budget_s, eval_every=cfg.eval_every)
+    verdict = (f"reached {cfg.target:.0%} in {result.time_to_target:.1f} s" if result.reached
+               else f"MISSED {cfg.target:.0%} within {cfg.budget_s:g} s "
+                    f"(best {result.final_accuracy:.1%})")
+    print(f"  {name}: {verdict} (worker start-up {result.startup_s:.1f} s, not counted)")
+    return result

@@ -1,0 +1,145 @@
+"""The demo's results: the side-by-side table, the figure and the JSON with every number."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+from .train import RunResult
+
+
+def measured_ratio(baseline: RunResult) -> float:
+    """``R`` as the baseline run saw it: seconds per step over compute seconds per step.
+
+    Example:
+        >>> measured_ratio(RunResult("b", 1.0, "", train_s=10.0, wait_s=8.0))
+        5.0
+    """
+    busy = baseline.train_s - baseline.wait_s
+    return baseline.train_s / busy if busy > 0 else math.inf
+
+
+def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
+    """One row per run; speedups only where both the run and the baseline were measured."""
+    base = runs[0]
+    rows = []
+    for run in runs:
+        e = run.realised_factor if run.factor == "auto" else float(run.factor)
+        measured = run.reached and base.reached and bool(run.time_to_target)
+        rows.append({
+            "run": run.name, "factor": run.factor, "reached": run.reached,
+            "time_to_target_s": run.time_to_target, "fresh_to_target": run.fresh_to_target,
+            "steps_to_target": run.steps_to_target, "realised_factor": run.realised_factor,
+            "stall_fraction": run.stall_fraction, "final_accuracy": run.final_accuracy,
+            "train_s": run.train_s,
+            "speedup": (base.time_to_target / run.time_to_target  # type: ignore[operator]
+                        if measured else None),
+            "bound": min(ratio, e),
+            "fresh_ratio": (run.fresh_to_target / base.fresh_to_target  # type: ignore[operator]
+                            if measured else None),
+        })
+    return rows
+
+
+def table(rows: list[dict[str, Any]], target: float) -> str:
+    """The final table, as text: a missed target says so and shows no speedup."""
+    head = (f"{'run':<11}{'time to target':>15}{'fresh to target':>17}{'steps':>8}"
+            f"{'realised e':>12}{'stall':>7}{'speedup':>9}{'bound min(R,e)':>16}"
+            f"{'fresh ratio':>13}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r["reached"]:
+            reach = (f"{r['time_to_target_s']:>13.1f} s{r['fresh_to_target']:>17,}"
+                     f"{r['steps_to_target']:>8,}")
+        else:
+            reach = f"{'MISSED: best ' + format(r['final_accuracy'], '.1%'):>32}{'-':>8}"
+        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
+        fresh = f"{r['fresh_ratio']:.2f}" if r["fresh_ratio"] is not None else "n/a"
+        lines.append(f"{r['run']:<11}{reach}{r['realised_factor']:>12.2f}"
+                     f"{r['stall_fraction']:>7.0%}{speed:>9}{r['bound']:>15.2f}x{fresh:>13}")
+    missed = [r["run"] for r in rows if not r["reached"]]
+    if missed:
+        lines.append(f"{', '.join(missed)} did not reach {target:.0%} within the budget: no "
+                     "speedup is reported for them (or for any run, if the baseline missed).")
+    return "\n".join(lines)
+
+
+def peak_rss_mb(runs: list[RunResult]) -> dict[str, float | None]:
+    """Peak resident memory of this process and of the largest worker of ``runs``, in MB.
+
+    The trainer's peak comes from ``getrusage``; workers report their own ``VmHWM``
+    (None where /proc is not readable). One worker runs at a time, so the sum bounds
+    the demo's peak.
+    """
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # KB on Linux, bytes on macOS
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    workers = [r.worker_rss_mb for r in runs if r.worker_rss_mb is not None]
+    worker = max(workers, default=None)
+    return {"main_mb": own, "largest_worker_mb": worker,
+            "sum_mb": own + worker if worker is not None else None}
+
+
+def versions() -> dict[str, str]:
+    """Versions of everything that decides the numbers."""
+    import numpy
+    import PIL
+    import torch
+
+    from .. import __version__
+
+    return {"dataecho": __version__, "python": platform.python_version(),
+            "torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
+            "platform": platform.platform(), "cpus": str(os.cpu_count())}
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Writes ``payload`` with NaN and infinity as null, so any JSON reader accepts it."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    path.write_text(json.dumps(clean(payload), indent=1) + "\n")
+
+
+def plot(runs: list[RunResult], target: float, path: Path, title: str) -> None:
+    """Writes a two-panel PNG, one line per run, the target as a dashed line.
+
+    The left panel is the paper's second finding (time), the right its first (fresh
+    examples): echoing should move a run left in both.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed; must precede pyplot
+    from matplotlib import pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for run in runs:
+        seconds = [p["seconds"] for p in run.points]
+        fresh = [p["fresh"] for p in run.points]
+        accuracy = [100 * p["accuracy"] for p in run.points]
+        label = f"{run.name} ({'reached' if run.reached else 'missed'})"
+        for ax, xs in zip(axes, (seconds, fresh), strict=True):
+            ax.plot(xs, accuracy, marker=".", label=label)
+    for ax, xlabel in zip(axes, ("training wall-clock seconds", "fresh examples"), strict=True):
+        ax.axhline(100 * target, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out test accuracy (%)")
+    low = min((100 * p["accuracy"] for r in runs for p in r.points), default=0.0)
+    axes[0].set_ylim(max(low - 2, 100 * target - 15), 100 * target + 4)
+    axes[1].legend(loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,182 @@
+"""One training run to a target accuracy, timed the way the paper's headline is.
+
+The clock starts at the first batch (worker start-up, the same for every run, is
+reported apart) and pauses during evaluations. Time spent inside ``next(loader)`` is
+stall: the trainer waiting for its input pipeline. Fresh examples are counted from the
+``uid`` of every example trained on, so they are exact, not read-ahead estimates.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+from .augment import normalize
+
+
+class Step:
+    """One Adam step on a ``(images, labels, uids)`` batch; the ``t_down`` of ``R``.
+
+    It also updates ``average``, an exponential moving average of the weights (and of
+    the BatchNorm statistics), which is what gets evaluated: with a constant learning
+    rate the raw weights jitter by a point or more of accuracy from step to step, and a
+    run would cross the target by luck. The average removes most of that jitter, for
+    every run alike.
+    """
+
+    def __init__(self, model: nn.Module, lr: float, device: torch.device,
+                 decay: float = 0.99) -> None:
+        self.model, self.device = model.to(device), device
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
+        ema = get_ema_multi_avg_fn(decay)  # type: ignore[no-untyped-call]
+        self.average = AveragedModel(self.model, multi_avg_fn=ema,
+                                     use_buffers=True)
+
+    def __call__(self, batch: Any) -> float:
+        x = normalize(batch[0].to(self.device, non_blocking=True))
+        loss = nn.functional.cross_entropy(self.model(x), batch[1].to(self.device))
+        self.opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        self.opt.step()
+        self.average.update_parameters(self.model)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()  # else the step's time would land in the next wait
+        return float(loss.detach())
+
+
+class Evaluator:
+    """Accuracy on a fixed held-out set of uint8 images, evaluated in chunks."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, device: torch.device) -> None:
+        self.x = normalize(torch.from_numpy(images)).to(device)
+        self.y = torch.from_numpy(labels).to(device)
+
+    def __call__(self, model: nn.Module) -> float:
+        model.eval()
+        right = 0
+        with torch.no_grad():
+            for start in range(0, len(self.y), 1000):
+                x, y = self.x[start : start + 1000], self.y[start : start + 1000]
+                right += int((model(x).argmax(1) == y).sum())
+        model.train()
+        return right / len(self.y)
+
+
+@dataclass
+class RunResult:
+    """Every number of one run; ``*_to_target`` are None when it missed the target."""
+
+    name: str
+    factor: float | str  # configured: 1 (baseline), a fixed factor, or "auto"
+    pipeline: str
+    reached: bool = False
+    time_to_target: float | None = None
+    fresh_to_target: int | None = None
+    steps_to_target: int | None = None
+    steps: int = 0
+    fresh: int = 0  # distinct (uid) examples trained on: the paper's fresh examples
+    emitted: int = 0  # examples trained on, copies included
+    train_s: float = 0.0  # the clock: first batch to the end, evaluations excluded
+    wait_s: float = 0.0  # of which inside next(loader): the stall
+    eval_s: float = 0.0
+    startup_s: float = 0.0  # iter(loader) to the first batch: worker spawn, first shards
+    worker_rss_mb: float | None = None  # peak resident memory of the largest worker (Linux)
+    final_accuracy: float = 0.0
+    points: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def realised_factor(self) -> float:
+        return self.emitted / self.fresh if self.fresh else float("nan")
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.wait_s / self.train_s if self.train_s else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "realised_factor": self.realised_factor,
+                "stall_fraction": self.stall_fraction,
+                "steps_per_s": self.steps / self.train_s if self.train_s else None}
+
+
+def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Evaluator, *,
+              target: float, budget_s: float, eval_every: int,
+              log: Callable[[str], None] = print) -> RunResult:
+    """Trains until ``evaluate`` reaches ``target`` or ``budget_s`` training seconds pass."""
+    seen: set[int] = set()
+    live = sys.stdout.isatty()
+    began = time.perf_counter()
+    it = iter(loader)
+    try:
+        batch = next(it)
+        start = time.perf_counter()
+        result.startup_s = start - began
+        while True:
+            step(batch)
+            result.steps += 1
+            uids = batch[2].tolist()
+            result.emitted += len(uids)
+            seen.update(uids)
+            result.fresh = len(seen)
+            clock = result.train_s = time.perf_counter() - start - result.eval_s
+            over = clock >= budget_s
+            if result.steps % eval_every == 0 or over:
+                _evaluate(result, step, evaluate, clock, log)
+                if result.final_accuracy >= target:
+                    result.reached, result.time_to_target = True, clock
+                    result.fresh_to_target, result.steps_to_target = result.fresh, result.steps
+                    break
+                if over:
+                    break
+            elif live and result.steps % 10 == 0:
+                print("\r" + _line(result, clock, None), end="", flush=True)
+            waited = time.perf_counter()
+            batch = next(it)
+            result.wait_s += time.perf_counter() - waited
+    finally:
+        result.worker_rss_mb = worker_peak_mb(it)
+        del it  # shuts the workers down, also on Ctrl-C
+    return result
+
+
+def worker_peak_mb(it: object) -> float | None:
+    """Peak RSS (``VmHWM``) of the largest DataLoader worker of ``it``, in MB, if readable.
+
+    ``getrusage(RUSAGE_CHILDREN)`` cannot tell: a spawned child is charged the parent's
+    pages between its fork and its exec, so it reports about the trainer's size.
+    """
+    peaks = []
+    for worker in getattr(it, "_workers", []):
+        try:
+            status = Path(f"/proc/{worker.pid}/status").read_text()
+        except OSError:
+            continue
+        peaks += [int(line.split()[1]) / 1024 for line in status.splitlines()
+                  if line.startswith("VmHWM:")]
+    return max(peaks, default=None)
+
+
+def _evaluate(result: RunResult, step: Step, evaluate: Evaluator, clock: float,
+              log: Callable[[str], None]) -> None:
+    began = time.perf_counter()
+    result.final_accuracy = evaluate(step.average)
+    result.eval_s += time.perf_counter() - began
+    result.points.append({"step": result.steps, "fresh": result.fresh, "emitted": result.emitted,
+                          "seconds": clock, "accuracy": result.final_accuracy,
+                          "stall_fraction": result.wait_s / clock if clock else 0.0})
+    log("\r" + _line(result, clock, result.final_accuracy))
+
+
+def _line(r: RunResult, clock: float, accuracy: float | None) -> str:
+    acc = f"{accuracy:6.2%}" if accuracy is not None else "   -  "
+    stall = r.wait_s / clock if clock else 0.0
+    return (f"  {r.name:<9} step {r.steps:5d}  fresh {r.fresh:7,d}  acc {acc}  "
+            f"factor {r.realised_factor:4.2f}  stall {stall:5.1%}  {clock:6.1f} s")

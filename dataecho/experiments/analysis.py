@@ -1,0 +1,130 @@
+"""From trial records to per-condition numbers: best trial per search, then seed spread.
+
+For each (condition, seed) search the best trial is the one with the fewest fresh
+examples to the target (interpolated crossing; ties go to the earlier trial). A search
+whose trials all missed the target gives ``inf`` ("not reached within the budget"):
+it is never replaced by an estimate, and a median over seeds that includes it is
+``inf`` whenever half or more of the searches missed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .conditions import Condition
+from .record import Record
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median, minimum and maximum of per-seed values, and how many there were.
+
+    Example:
+        >>> s = Spread.of([3.0, 1.0, math.inf])
+        >>> s.median, s.min, s.max, s.n, s.finite
+        (3.0, 1.0, inf, 3, 2)
+    """
+
+    median: float
+    min: float
+    max: float
+    n: int
+    finite: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        """The spread of ``values`` (``inf`` marks a search that missed the target)."""
+        if not values:
+            return cls(math.nan, math.nan, math.nan, 0, 0)
+        ordered = sorted(values)
+        return cls(_median(ordered), ordered[0], ordered[-1], len(ordered),
+                   sum(math.isfinite(v) for v in ordered))
+
+
+@dataclass
+class ConditionResult:
+    """Everything the report needs about one condition."""
+
+    condition: Condition
+    trials: int = 0  # search trials run (all seeds)
+    statuses: dict[str, int] = field(default_factory=dict)  # status -> count
+    best: dict[int, Record | None] = field(default_factory=dict)  # seed -> best trial
+    no_harm: dict[int, Record] = field(default_factory=dict)  # seed -> budget-mode trial
+
+    def fresh(self, measure: str = "interpolated") -> Spread:
+        """Fresh examples to the target over seeds (``inf`` where a search missed)."""
+        return Spread.of([_crossing(r, measure) for r in self.best.values()])
+
+    def per_seed(self, measure: str = "interpolated") -> dict[int, float]:
+        """Fresh examples to the target by seed."""
+        return {seed: _crossing(r, measure) for seed, r in sorted(self.best.items())}
+
+    def value(self, key: str) -> Spread:
+        """A crossing field (``steps``, ``seconds``, ``cpu_seconds``) of the best trials
+        over seeds; ``cpu_seconds`` falls back to wall seconds in older records."""
+        def get(r: Record) -> float:
+            return float(r["crossing"].get(key, r["crossing"]["seconds"]))
+
+        return Spread.of([get(r) if r else math.inf for r in self.best.values()])
+
+    def quality(self) -> Spread:
+        """Best metric within the fresh-example budget (no-harm trials) over seeds."""
+        return Spread.of([float(r["best_metric"]) for r in self.no_harm.values()
+                          if r.get("best_metric") is not None])
+
+
+def best_trial(records: Iterable[Record]) -> Record | None:
+    """The trial with the fewest fresh examples to the target, or None if none reached.
+
+    Example:
+        >>> rs = [{"index": 0, "crossing": {"interpolated": 90.0}},
+        ...       {"index": 1, "crossing": None}, {"index": 2, "crossing": {"interpolated": 80.0}}]
+        >>> best_trial(rs)["index"]
+        2
+    """
+    reached = [r for r in records if r.get("crossing")]
+    if not reached:
+        return None
+    return min(reached, key=lambda r: (float(r["crossing"]["interpolated"]), r["index"]))
+
+
+def prune_at(records: Iterable[Record]) -> float | None:
+    """The crossing a later trial of the search must beat (None before any crossing)."""
+    best = best_trial(records)
+    return None if best is None else float(best["crossing"]["interpolated"])
+
+
+def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionResult]]:
+    """Groups trial records by workload and condition, keeping the best per seed."""
+    searches: dict[tuple[Condition, int], list[Record]] = defaultdict(list)
+    out: dict[str, dict[Condition, ConditionResult]] = defaultdict(dict)
+    for record in records:
+        if record.get("kind") != "trial":
+            continue
+        cond = Condition(**record["condition"])
+        result = out[cond.workload].setdefault(cond, ConditionResult(cond))
+        if record["mode"] == "budget":
+            result.no_harm[int(record["seed"])] = record
+            continue
+        searches[cond, int(record["seed"])].append(record)
+        result.trials += 1
+        result.statuses[record["status"]] = result.statuses.get(record["status"], 0) + 1
+    for (cond, seed), trials in searches.items():
+        out[cond.workload][cond].best[seed] = best_trial(trials)
+    return dict(out)
+
+
+def _crossing(record: Record | None, measure: str) -> float:
+    return float(record["crossing"][measure]) if record else math.inf
+
+
+def _median(ordered: Sequence[float]) -> float:
+    if all(math.isfinite(v) for v in ordered):
+        return float(statistics.median(ordered))
+    n = len(ordered)  # with infinities, take the middle order statistic(s) directly
+    mid = ordered[(n - 1) // 2], ordered[n // 2]
+    return math.inf if math.inf in mid else (mid[0] + mid[1]) / 2

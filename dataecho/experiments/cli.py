@@ -1,0 +1,93 @@
+"""Command-line entry points: ``dataecho reproduce`` and ``dataecho report``.
+
+``dataecho/cli.py`` dispatches the two subcommands here; ``python -m
+dataecho.experiments reproduce ...`` works too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from .protocol import BUDGETS, plan
+from .report import write_report
+from .sweep import run
+
+STORE = "results.jsonl"
+
+
+def reproduce_main(argv: list[str] | None = None) -> int:
+    """Runs (or resumes) the experiments of a budget, then writes the report.
+
+    Example:
+        >>> reproduce_main(["--help"])  # doctest: +SKIP
+    """
+    parser = argparse.ArgumentParser(
+        prog="dataecho reproduce",
+        description="Measure the findings of Choi et al. (2019) on real data: tuned, "
+                    "repeated searches per condition, a resumable result store, and a "
+                    "Markdown report with figures. Rerun the same command to resume.")
+    parser.add_argument("--workload", choices=("fmnist", "lm", "all"), default="all",
+                        help="workload (ignored by --budget smoke, which runs digits)")
+    parser.add_argument("--budget", choices=BUDGETS, default="quick",
+                        help="smoke: <1 min on digits; quick: ~20 min, reduced grids; "
+                             "full: the whole protocol (hours; resumable)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report directory (default reports/<budget>)")
+    parser.add_argument("--store", type=Path, default=None,
+                        help=f"result store (default <out>/{STORE})")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="parallel trial processes, one core each (default 1)")
+    parser.add_argument("--verbose", action="store_true", help="print every evaluation")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    out = args.out or Path("reports") / args.budget
+    store = args.store or out / STORE
+    names = ["digits"] if args.budget == "smoke" else (
+        ["fmnist", "lm"] if args.workload == "all" else [args.workload])
+    if args.budget == "smoke" and args.workload != "all":
+        print("[reproduce] --budget smoke runs the digits workload only", file=sys.stderr)
+    plans = [plan(name, args.budget) for name in names]
+    start = time.monotonic()
+    try:
+        ran = run(plans, store, jobs=args.jobs, verbose=args.verbose,
+                  echo=lambda line: print(line, file=sys.stderr, flush=True))
+    except (FileNotFoundError, ImportError) as error:
+        print(f"dataecho reproduce: missing data or dependency: {error}", file=sys.stderr)
+        return 2
+    path = write_report(store, out)
+    print(f"[reproduce] {ran} new trial(s) in {time.monotonic() - start:.0f} s; "
+          f"store {store}; report {path}", file=sys.stderr)
+    return 0
+
+
+def report_main(argv: list[str] | None = None) -> int:
+    """Writes the report of a result store (works on partial stores too)."""
+    parser = argparse.ArgumentParser(prog="dataecho report",
+                                     description="Markdown report and figures from a store.")
+    parser.add_argument("--store", type=Path, required=True, help="a results.jsonl store")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report directory (default: the store's directory)")
+    args = parser.parse_args(argv)
+    if not args.store.is_file():
+        print(f"dataecho report: no store at {args.store}; run `dataecho reproduce` first "
+              "or pass --store PATH", file=sys.stderr)
+        return 2
+    print(write_report(args.store, args.out or args.store.parent))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dataecho.experiments {reproduce,report} ...``."""
+    argv = sys.argv[1:] if argv is None else argv
+    commands = {"reproduce": reproduce_main, "report": report_main}
+    if not argv or argv[0] not in commands:
+        print("usage: python -m dataecho.experiments {reproduce,report} [options]",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return commands[argv[0]](argv[1:])

@@ -1,0 +1,158 @@
+"""The condition grids of each budget, as one-dimensional sweeps around a default.
+
+The default condition is the workload's batch size, echoing factor 2 and dataecho's
+default post-echo shuffle (ten batches for example echoing, none for batch echoing).
+Each paper figure varies one thing away from it, so the grid grows with the sum of the
+sweeps, not their product:
+
+* Fig. 3, variants: the baseline and every variant at e = 2.
+* Fig. 5, echoing factor: e in {2, 4, 8} (images) or {2, 4, 8, 16} (LM).
+* Fig. 6, batch size: the baseline and the sweep's variants at e = 2 per batch size.
+* Fig. 7, shuffle buffer: none, one batch, ten batches, large (50 batches) at e = 2.
+* Fig. 8, no harm: the Fig. 3 conditions trained to the fresh-example budget.
+
+``smoke`` runs on the digits workload in well under a minute; ``quick`` shrinks the
+grids, the search and the seed count (see ``Plan.reduced``); ``full`` is the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .conditions import Condition
+from .workloads import WORKLOADS
+
+BUDGETS = ("smoke", "quick", "full")
+LARGE_BUFFER = 50  # batches' worth of examples in the "large" post-echo shuffle window
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one budget runs on one workload.
+
+    Attributes:
+        workload: registry name of the workload.
+        budget: ``smoke``, ``quick`` or ``full``.
+        seeds: repeats of every search.
+        trials: quasi-random trials per search.
+        conditions: the target searches, most important first (the run order).
+        no_harm: conditions that also train their best settings to the budget.
+        reduced: what this budget leaves out of the full protocol, for the report.
+    """
+
+    workload: str
+    budget: str
+    seeds: tuple[int, ...]
+    trials: int
+    conditions: tuple[Condition, ...]
+    no_harm: tuple[Condition, ...] = ()
+    reduced: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Sweeps:
+    """The values each one-dimensional sweep takes."""
+
+    factors: tuple[int, ...]  # Fig. 5, beyond 2
+    factor_variants: tuple[str, ...]
+    batch_sizes: tuple[int, ...]  # Fig. 6, beyond the default
+    batch_variants: tuple[str, ...]  # echoing variants swept over batch size
+    buffers: tuple[float, ...]  # Fig. 7, in batches, beyond the variant's default
+    buffer_variants: tuple[str, ...]
+
+
+def conditions(workload: str, sweeps: Sweeps) -> tuple[Condition, ...]:
+    """The default conditions (Fig. 3) then each sweep, without duplicates.
+
+    Example:
+        >>> s = Sweeps((4,), ("batch",), (), (), (), ())
+        >>> [c.label() for c in conditions("digits", s)][-1]
+        'batch e=4 B=32 buf=0'
+    """
+    w = WORKLOADS[workload]
+    b = w.batch_size
+    out = [Condition.default(workload, "baseline", 1, b)]
+    out += [Condition.default(workload, v, 2, b) for v in w.variants]
+    out += [Condition.default(workload, v, e, b)
+            for v in sweeps.factor_variants for e in sweeps.factors]
+    for size in sweeps.batch_sizes:
+        out.append(Condition.default(workload, "baseline", 1, size))
+        out += [Condition.default(workload, v, 2, size) for v in sweeps.batch_variants]
+    out += [Condition.default(workload, v, 2, b, buf)
+            for v in sweeps.buffer_variants for buf in sweeps.buffers]
+    return tuple(dict.fromkeys(out))
+
+
+def plan(workload: str, budget: str) -> Plan:
+    """The plan of ``budget`` for ``workload`` (``smoke`` always means ``digits``).
+
+    Example:
+        >>> p = plan("fmnist", "full")
+        >>> len(p.seeds) >= 3 and p.trials >= 8
+        True
+    """
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    if budget == "smoke":
+        return _smoke()
+    if workload not in ("fmnist", "lm"):
+        raise ValueError(f"workload must be 'fmnist' or 'lm' for budget {budget!r}, "
+                         f"got {workload!r}; the digits workload is for --budget smoke")
+    return _FULL[workload]() if budget == "full" else _QUICK[workload]()
+
+
+def _default_set(workload: str) -> tuple[Condition, ...]:
+    w = WORKLOADS[workload]
+    return tuple([Condition.default(workload, "baseline", 1, w.batch_size)] +
+                 [Condition.default(workload, v, 2, w.batch_size) for v in w.variants])
+
+
+def _smoke() -> Plan:
+    sweeps = Sweeps((4,), ("before_augmentation",), (64,), ("before_augmentation",),
+                    (0,), ("before_augmentation",))
+    return Plan("digits", "smoke", (0,), 2, conditions("digits", sweeps),
+                no_harm=_default_set("digits")[:2],
+                reduced=("digits only", "2 trials per search", "1 seed",
+                         "one value per sweep"))
+
+
+def _fmnist_full() -> Plan:
+    sweeps = Sweeps(factors=(4, 8), factor_variants=("before_augmentation", "batch"),
+                    batch_sizes=(64, 512), batch_variants=("before_augmentation", "batch"),
+                    buffers=(0, 1, 10, LARGE_BUFFER),
+                    buffer_variants=("before_augmentation", "batch"))
+    return Plan("fmnist", "full", (0, 1, 2), 8, conditions("fmnist", sweeps),
+                no_harm=_default_set("fmnist"),
+                reduced=("factor sweep on before-augmentation and batch echoing only",
+                         "batch sizes 64, 128, 512 (not 1024)"))
+
+
+def _lm_full() -> Plan:
+    sweeps = Sweeps(factors=(4, 8, 16), factor_variants=("example", "batch"),
+                    batch_sizes=(16, 128), batch_variants=("example", "batch"),
+                    buffers=(0, 1, 10, LARGE_BUFFER), buffer_variants=("example", "batch"))
+    conds = tuple(c for c in conditions("lm", sweeps)
+                  if not (c.variant == "batch" and c.factor == 16))
+    return Plan("lm", "full", (0, 1, 2), 8, conds, no_harm=_default_set("lm"),
+                reduced=("batch echoing up to e = 8 (e = 16 would cost about 10 baseline "
+                         "searches)",))
+
+
+_QUICK_REDUCED = ("Fig. 3 conditions only (no factor, batch-size or buffer sweeps)",
+                  "1 seed instead of 3", "4 trials per search instead of 8")
+
+
+def _fmnist_quick() -> Plan:
+    base = _default_set("fmnist")
+    return Plan("fmnist", "quick", (0,), 4, base, no_harm=base[:2],
+                reduced=(*_QUICK_REDUCED, "no-harm check for the baseline and "
+                         "before-augmentation echoing only"))
+
+
+def _lm_quick() -> Plan:
+    return Plan("lm", "quick", (0,), 4, _default_set("lm"),
+                reduced=(*_QUICK_REDUCED, "no no-harm check"))
+
+
+_FULL = {"fmnist": _fmnist_full, "lm": _lm_full}
+_QUICK = {"fmnist": _fmnist_quick, "lm": _lm_quick}

@@ -1,0 +1,89 @@
+"""The result store: one JSON line per finished trial, appended atomically.
+
+Trials are keyed by :func:`dataecho.experiments.record.trial_key`; a sweep asks the
+store before running a trial and skips it when its key is present, so an interrupted
+sweep resumes where it stopped and a finished trial is never redone. Appends from
+several processes take an exclusive ``flock`` and write the whole line in one call, so
+lines never interleave; a line cut short by a crash is skipped when reading (and the
+next append starts a new line), which only means that trial runs again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .record import Record
+
+
+class Store:
+    """A JSON-lines file of trial records.
+
+    Args:
+        path: the file; created (with its directory) on the first append.
+
+    Example:
+        >>> import tempfile
+        >>> store = Store(Path(tempfile.mkdtemp()) / "results.jsonl")
+        >>> store.append({"key": "abc", "status": "reached"})
+        >>> store.get("abc")["status"], len(store)
+        ('reached', 1)
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __iter__(self) -> Iterator[Record]:
+        """Every readable record, in the order written (later duplicates win in ``get``)."""
+        if not self.path.exists():
+            return
+        with self.path.open("r", encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash: that trial simply reruns
+                if isinstance(record, dict) and "key" in record:
+                    yield record
+
+    def __len__(self) -> int:
+        return len(self.index())
+
+    def index(self) -> dict[str, Record]:
+        """Records by key."""
+        return {record["key"]: record for record in self}
+
+    def get(self, key: str) -> Record | None:
+        """The record with ``key``, or None."""
+        return self.index().get(key)
+
+    def append(self, record: Record) -> None:
+        """Appends one record as a single line, under an exclusive lock, and syncs it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(_finite(record), sort_keys=True, separators=(",", ":")) + "\n"
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = "\n" + line  # the previous writer died mid-line
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: they become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,201 @@
+"""Running a plan: searches in parallel processes, resumable, with progress and an ETA.
+
+The unit of work is one search: a (condition, seed) pair whose trials run in order in
+one process, because each trial's pruning point depends on the trials before it. Units
+run in a pool of ``jobs`` processes; each trial's record is appended to the store as
+soon as it finishes, and a unit first reuses every trial the store already holds, so a
+rerun after an interruption continues exactly where the last one stopped and writes
+the records the uninterrupted run would have written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from .analysis import best_trial, prune_at
+from .conditions import Condition
+from .protocol import Plan
+from .record import Record, trial_key
+from .search import HParams, search_points
+from .store import Store
+from .train import Trial, train
+from .workloads import WORKLOADS
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One search: ``trials`` quasi-random trials of ``condition`` with ``seed``.
+
+    ``no_harm`` adds a trial with the search's best settings that trains on to the
+    fresh-example budget instead of stopping at the target.
+    """
+
+    condition: Condition
+    seed: int
+    trials: int
+    no_harm: bool = False
+
+    def trial_keys(self) -> list[str]:
+        """The keys of the search trials (the no-harm key depends on their results)."""
+        workload = WORKLOADS[self.condition.workload]
+        return [trial_key(workload, Trial(self.condition, hp, self.seed, "target", i))
+                for i, hp in enumerate(self.points())]
+
+    def points(self) -> list[HParams]:
+        """The search's settings, in the order they run."""
+        w = WORKLOADS[self.condition.workload]
+        return search_points(self.trials, self.seed, w.lr_range, w.one_minus_momentum_range)
+
+    def cost(self) -> float:
+        """Estimated CPU seconds, for the ETA: a search costs about ``trials`` baseline
+        trials times ``sqrt(factor)`` (e times the steps per fresh example, at roughly
+        ``F(1) / sqrt(e)`` fresh examples); a no-harm trial about three trials."""
+        w = WORKLOADS[self.condition.workload]
+        return (self.trials + 3 * self.no_harm) * w.trial_seconds * math.sqrt(self.condition.factor)
+
+
+def run_unit(unit: Unit, store_path: str, limit: int | None = None,
+             verbose: bool = False) -> int:
+    """Runs the missing trials of one search; returns how many it ran.
+
+    Args:
+        unit: the search.
+        store_path: the JSON-lines store.
+        limit: run at most this many new trials (for tests that interrupt a sweep).
+        verbose: print a line per evaluation.
+    """
+    workload = WORKLOADS[unit.condition.workload]
+    store = Store(store_path)
+    done = store.index()
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if verbose else None
+    records: list[Record] = []
+    ran = 0
+    for i, hp in enumerate(unit.points()):
+        trial = Trial(unit.condition, hp, unit.seed, "target", i)
+        record = done.get(trial_key(workload, trial))
+        if record is None:
+            if limit is not None and ran >= limit:
+                return ran
+            result = train(workload, trial, prune_at=prune_at(records), log=log)
+            store.append({**result, "search_trials": unit.trials})
+            record = Store(store_path).get(trial_key(workload, trial))
+            ran += 1
+        assert record is not None
+        records.append(record)
+    if unit.no_harm:
+        trial = no_harm_trial(unit, records)
+        if trial_key(workload, trial) not in done:
+            if limit is not None and ran >= limit:
+                return ran
+            store.append({**train(workload, trial, log=log), "search_trials": unit.trials})
+            ran += 1
+    return ran
+
+
+def no_harm_trial(unit: Unit, records: Sequence[Record]) -> Trial:
+    """The search's best settings, trained to the budget (the no-harm check).
+
+    The best trial is the one with the fewest fresh examples to the target; when no
+    trial reached it, the one with the best metric.
+    """
+    def quality(record: Record) -> float:
+        value = record.get("best_metric")
+        if value is None:
+            return -math.inf
+        return float(value) if WORKLOADS[unit.condition.workload].higher_is_better else -value
+
+    best = best_trial(records) or max(records, key=quality)
+    return Trial(unit.condition, HParams(**best["hparams"]), unit.seed, "budget", 0)
+
+
+def units_of(plans: Sequence[Plan]) -> list[Unit]:
+    """The plan's searches in run order: conditions by priority, then seeds."""
+    return [Unit(cond, seed, plan.trials, cond in plan.no_harm)
+            for plan in plans for cond in plan.conditions for seed in plan.seeds]
+
+
+def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
+        limit: int | None = None, verbose: bool = False,
+        echo: Callable[[str], None] = print) -> int:
+    """Runs every unit of ``plans`` not yet in the store; returns the trials it ran.
+
+    Args:
+        plans: what to run.
+        store_path: the JSON-lines store (resumed if it exists).
+        jobs: parallel processes; 1 runs in this process.
+        limit: stop after this many new trials (tests use it to simulate a crash).
+        verbose: print every evaluation.
+        echo: where progress lines go.
+    """
+    store_path = str(store_path)
+    units = units_of(plans)
+    have = Store(store_path).index()
+    for p in plans:
+        record = plan_record(p)
+        if record["key"] not in have:
+            Store(store_path).append(record)
+    todo = [u for u in units if not _complete(u, have)]
+    total_cost = sum(u.cost() for u in todo) or 1.0
+    echo(f"[sweep] {len(units)} searches, {len(units) - len(todo)} already complete in "
+         f"{store_path}; running {len(todo)} with {jobs} process(es)")
+    start, done_cost, ran = time.monotonic(), 0.0, 0
+
+    def progress(unit: Unit, n: int) -> None:
+        nonlocal done_cost, ran
+        done_cost += unit.cost()
+        ran += n
+        elapsed = time.monotonic() - start
+        eta = elapsed * (total_cost - done_cost) / max(done_cost, 1e-9)
+        echo(f"[sweep] {unit.condition.workload} {unit.condition.label()} seed {unit.seed}: "
+             f"{n} new trial(s); {done_cost / total_cost:.0%} done, {_hms(elapsed)} elapsed, "
+             f"ETA {_hms(eta)}")
+
+    if jobs <= 1:
+        for unit in todo:
+            left = None if limit is None else limit - ran
+            if left is not None and left <= 0:
+                break
+            progress(unit, run_unit(unit, store_path, left, verbose))
+        return ran
+    context = multiprocessing.get_context("spawn")  # no fork: torch's thread pools
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        pending: dict[Future[int], Unit] = {
+            pool.submit(run_unit, u, store_path, None, verbose): u for u in todo}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                progress(pending.pop(future), future.result())
+    return ran
+
+
+def plan_record(p: Plan) -> Record:
+    """The store's record of a plan (what the report lists as this budget's reductions)."""
+    body = {"kind": "plan", "workload": p.workload, "budget": p.budget, "seeds": list(p.seeds),
+            "trials": p.trials, "conditions": [c.label() for c in p.conditions],
+            "no_harm": [c.label() for c in p.no_harm], "reduced": list(p.reduced)}
+    blob = json.dumps(body, sort_keys=True)
+    return {**body, "key": "plan-" + hashlib.sha256(blob.encode()).hexdigest()[:16]}
+
+
+def _complete(unit: Unit, have: dict[str, Record]) -> bool:
+    keys = unit.trial_keys()
+    if not all(k in have for k in keys):
+        return False
+    if not unit.no_harm:
+        return True
+    workload = WORKLOADS[unit.condition.workload]
+    return trial_key(workload, no_harm_trial(unit, [have[k] for k in keys])) in have
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

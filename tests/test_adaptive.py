@@ -1,0 +1,234 @@
+"""AdaptiveEcho with its real thread: decisions, accounting, checkpoint and shutdown."""
+
+import _thread
+import functools
+import gc
+import json
+import threading
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+from dataecho import Batch, Echo
+from dataecho.adaptive import AdaptiveEcho
+from dataecho.prefetch import Prefetcher, batch_len
+
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
+
+def prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "dataecho-prefetch" and t.is_alive()]
+
+
+def wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+class Gated:
+    """An upstream that yields item k only after ``open(k)``; records what was read."""
+
+    def __init__(self, n):
+        self.n, self.gate, self.read = n, threading.Semaphore(0), []
+
+    def __iter__(self):
+        for k in range(self.n):
+            self.gate.acquire()
+            self.read.append(k)
+            yield k
+
+    def open(self, k=1):
+        for _ in range(k):
+            self.gate.release()
+
+
+def test_ready_fresh_item_wins_and_a_late_one_is_replaced_by_an_echo():
+    up = Gated(3)
+    with AdaptiveEcho(up, max_factor=4) as stage:
+        up.open()
+        assert next(stage) == 0  # warm-up: waits for the first fresh item
+        assert next(stage) == 0  # item 1 not read yet: echo instead of waiting
+        up.open()
+        wait_until(lambda: stage.queued() == 1)
+        assert next(stage) == 1
+        up.open()
+        wait_until(lambda: stage.queued() == 1)
+        assert next(stage) == 2
+        rest = list(stage)  # echoes of 2 only while the thread has not yet seen the end
+        assert set(rest) <= {2}
+        s = stage.stats()
+        assert (s.fresh_items, s.emitted_items) == (3, 4 + len(rest))
+
+
+def test_no_item_is_used_more_than_max_factor_times_then_the_consumer_waits():
+    up = Gated(2)
+    stage = AdaptiveEcho(up, max_factor=3, timeout=0.2)
+    up.open()
+    assert [next(stage) for _ in range(3)] == [0, 0, 0]
+    with pytest.raises(TimeoutError, match=r"timeout=0\.2"):
+        next(stage)  # budget spent, item 1 never comes
+    up.open()  # lets the hung read finish so the thread can exit
+    stage.close()
+
+
+def test_min_fresh_items_come_first_even_when_the_upstream_is_slow():
+    up = Gated(5)
+    with AdaptiveEcho(up, min_fresh=3) as stage:
+        up.open(3)
+        assert [next(stage) for _ in range(4)] == [0, 1, 2, 2]
+        up.open(2)
+
+
+def test_upstream_that_keeps_ahead_of_the_consumer_is_never_echoed():
+    with AdaptiveEcho(range(100), prefetch=4) as stage:
+        out = []
+        for _ in range(30):
+            out.append(next(stage))
+            wait_until(lambda: stage.queued() > 0)  # the consumer is the slower side
+        assert out == list(range(30))
+        assert stage.stats().realised_factor == 1.0
+
+
+def test_stats_count_examples_in_batches_and_timing_reports_stall():
+    with AdaptiveEcho([np.zeros((5, 2)), np.zeros((3, 2))], max_factor=1) as stage:
+        list(stage)
+    s = stage.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.fresh_items) == (8, 8, 2)
+    t = stage.timing()
+    assert t.steps == 2 and 0.0 <= t.stall_fraction <= 1.0 and t.wall_s > 0
+
+
+def test_batch_stage_upstream_reports_its_own_batch_sizes():
+    with AdaptiveEcho(Batch(range(10), batch_size=4), max_factor=1) as stage:
+        list(stage)
+    assert stage.stats().fresh_examples == 10 and stage.stats().batches == 3
+
+
+def test_batch_len_reads_leading_dimension_of_first_field():
+    assert batch_len({"x": np.zeros((6, 3)), "y": np.zeros(6)}) == 6
+    assert batch_len((["a", "b", "c"], np.zeros(3))) == 3
+    assert batch_len(np.float32(1.0)) == 1
+
+
+def test_restore_rereads_prefetched_items_so_no_fresh_item_is_lost_or_repeated():
+    data = list(range(40))
+    with AdaptiveEcho(data, prefetch=8) as stage:
+        first = [next(stage) for _ in range(10)]
+        wait_until(lambda: stage.queued() == 8)  # prefetched beyond what was emitted
+        state = json.loads(json.dumps(stage.state_dict()))
+    with AdaptiveEcho(data, prefetch=8) as restored:
+        restored.load_state_dict(state)
+        rest = list(restored)
+    fresh_before = sorted(set(first))
+    assert sorted(set(rest)) == list(range(fresh_before[-1] + 1, 40))
+    assert restored.stats().fresh_items == 40
+
+
+def test_restore_into_other_parameters_fails_loudly():
+    with AdaptiveEcho(range(5), max_factor=2) as stage:
+        state = stage.state_dict()
+    with pytest.raises(ValueError, match=r"max_factor \(saved 2, here 4\)"):
+        AdaptiveEcho(range(5)).load_state_dict(state)
+
+
+def test_composes_with_core_stages_and_repr_shows_parameters():
+    stage = Echo(AdaptiveEcho(Batch(range(8), 4), max_factor=1), 2)
+    assert repr(stage) == ("Echo(AdaptiveEcho(Batch(<range>, batch_size=4, drop_last=False), "
+                           "max_factor=1, min_fresh=1, prefetch=2), factor=2.0, seed=0)")
+    assert len(list(stage)) == 4 and stage.stats().fresh_examples == 8
+    stage.close()
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"max_factor": 0}, ValueError, r"max_factor must be an int >= 1, got 0"),
+    ({"max_factor": 2.5}, TypeError, r"max_factor must be an int >= 1, got 2.5"),
+    ({"min_fresh": 0}, ValueError, r"min_fresh must be an int >= 1, got 0"),
+    ({"prefetch": 0}, ValueError, r"prefetch must be an int >= 1, got 0"),
+    ({"timeout": -1}, ValueError, r"timeout must be a number of seconds > 0 or None"),
+    ({"seed": -1}, ValueError, r"seed must be an int in \[0, 2\*\*63\)"),
+])
+def test_arguments_are_checked_with_a_message_naming_the_fix(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        AdaptiveEcho(range(3), **kwargs)
+
+
+# --- shutdown: no thread survives, and errors reach the caller ---------------------
+
+def test_break_inside_with_block_stops_the_thread():
+    with AdaptiveEcho(range(1000)) as stage:
+        for _ in stage:
+            break
+    assert not prefetch_threads()
+
+
+def test_break_from_an_unnamed_loop_stops_the_thread_on_garbage_collection():
+    for _ in AdaptiveEcho(range(1000)):
+        break
+    gc.collect()
+    wait_until(lambda: not prefetch_threads())
+
+
+def test_break_from_a_named_loop_parks_the_thread_and_resuming_continues():
+    stage = AdaptiveEcho(range(100), max_factor=1,
+                         feed=functools.partial(Prefetcher, depth=2, park_after=0.05))
+    for item in stage:
+        if item == 9:
+            break
+    wait_until(lambda: not prefetch_threads())
+    assert list(stage) == list(range(10, 100))
+
+
+def test_upstream_exception_reaches_the_caller_with_type_and_traceback():
+    def broken_reader():
+        yield 0
+        raise OSError("shard 3 unreadable")
+
+    stage = AdaptiveEcho(broken_reader(), max_factor=1)
+    assert next(stage) == 0
+    with pytest.raises(OSError, match="shard 3 unreadable") as info:
+        next(stage)
+    assert "broken_reader" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert not prefetch_threads()
+    with pytest.raises(StopIteration):
+        next(stage)
+
+
+def test_hung_upstream_times_out_and_leaves_no_thread_once_it_returns():
+    release = threading.Event()
+
+    def hung():
+        yield 0
+        release.wait()
+        yield 1
+
+    stage = AdaptiveEcho(hung(), max_factor=1, timeout=0.2)
+    assert next(stage) == 0
+    with pytest.raises(TimeoutError):
+        next(stage)
+    release.set()
+    wait_until(lambda: not prefetch_threads())
+
+
+def test_keyboard_interrupt_while_waiting_stops_the_thread():
+    release = threading.Event()
+
+    def slow():
+        yield 0
+        release.wait(5.0)
+        yield 1
+
+    stage = AdaptiveEcho(slow(), max_factor=1)
+    next(stage)
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(stage)
+    timer.join()
+    release.set()
+    wait_until(lambda: not prefetch_threads())
+    with pytest.raises(StopIteration):
+        next(stage)

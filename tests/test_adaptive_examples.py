@@ -1,0 +1,147 @@
+"""AdaptiveExamples: fresh examples plus re-augmented echoes, and the factor="auto" hook."""
+
+import collections
+import itertools
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dataecho import Echo, Source
+from dataecho.adaptive import AdaptiveEcho
+from dataecho.adaptive_examples import AdaptiveExamples, make_auto
+from dataecho.policy import SimClock, SimulatedFeed
+
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
+
+def wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def tag(example, rng):
+    """An augmentation that shows which random stream each copy got."""
+    return (example, int(rng.integers(1 << 30)))
+
+
+def simulated(n, batch, ratio, **kwargs):
+    clock = SimClock()
+    stage = AdaptiveExamples(
+        range(n), batch, collate=list, clock=clock,
+        feed=lambda p: SimulatedFeed(p, period=ratio / batch, clock=clock, depth=2 * batch),
+        **kwargs)
+    batches = []
+    for b in stage:
+        batches.append(b)
+        clock.advance(1.0)
+    return stage, batches
+
+
+def test_ready_upstream_gives_all_fresh_batches_in_order():
+    with AdaptiveExamples(range(100), 4, collate=list, prefetch=8, min_fresh=1) as stage:
+        assert next(stage) == [0, 1, 2, 3]
+        wait_until(lambda: stage.queued() == 8)
+        assert [next(stage), next(stage)] == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    assert stage.stats().realised_factor == 1.0 and stage.stats().batches == 3
+
+
+def test_late_examples_are_replaced_by_echoes_each_augmented_anew():
+    gate = threading.Semaphore(4)  # only the first batch's examples can be read
+
+    def upstream():
+        for k in range(8):
+            gate.acquire()
+            yield k
+
+    with AdaptiveExamples(upstream(), 4, augment=tag, collate=list, min_fresh=4) as stage:
+        first, second = next(stage), next(stage)
+        gate.release(4)
+    assert [x for x, _ in first] == [0, 1, 2, 3]  # warm-up: min_fresh examples first
+    assert sorted(x for x, _ in second) == [0, 1, 2, 3]  # nothing ready: all echoes
+    assert not {r for _, r in first} & {r for _, r in second}  # new augmentation draws
+
+
+def test_copies_of_an_example_land_in_different_batches_spread_apart():
+    _, batches = simulated(800, 16, ratio=4)
+    where = collections.defaultdict(list)
+    for i, b in enumerate(batches):
+        assert len(set(b)) == len(b)  # never two copies in one batch
+        for x in b:
+            where[x].append(i)
+    gaps = [b - a for ids in where.values() for a, b in itertools.pairwise(ids)]
+    assert np.mean(gaps) > 3  # not in consecutive batches: scattered over the buffer
+
+
+def test_decisions_and_augmentations_replay_exactly_for_the_same_seed():
+    _, a = simulated(200, 8, ratio=3, augment=tag, seed=5)
+    _, b = simulated(200, 8, ratio=3, augment=tag, seed=5)
+    _, c = simulated(200, 8, ratio=3, augment=tag, seed=6)
+    assert a == b and a != c
+
+
+def test_one_argument_augment_is_applied_without_a_generator():
+    _, batches = simulated(16, 4, ratio=1, augment=lambda x: -x)
+    assert batches[0] == [0, -1, -2, -3]
+
+
+def test_last_partial_batch_is_kept_or_dropped():
+    _, kept = simulated(10, 4, ratio=0.5)
+    _, dropped = simulated(10, 4, ratio=0.5, drop_last=True)
+    assert [len(b) for b in kept] == [4, 4, 2] and [len(b) for b in dropped] == [4, 4]
+
+
+def test_restore_rereads_prefetched_examples_so_none_is_lost_or_repeated():
+    data = Source(list(range(64)), shuffle=False)
+    with AdaptiveExamples(data, 8, collate=list) as stage:
+        first = [next(stage) for _ in range(3)]
+        state = json.loads(json.dumps(stage.state_dict()))
+    fresh_before = {x for b in first for x in b}
+    with AdaptiveExamples(Source(list(range(64)), shuffle=False), 8, collate=list) as restored:
+        restored.load_state_dict(state)
+        rest = {x for b in restored for x in b}
+    assert rest == set(range(max(fresh_before) + 1, 64))
+    assert restored.stats().fresh_examples == 64
+
+
+def test_counts_feed_the_core_statistics_and_a_later_batch_echo():
+    with Echo(AdaptiveExamples(range(12), 4, max_factor=1), 2) as stage:
+        batches = list(stage)
+    s = stage.stats()
+    assert len(batches) == 6 and s.batches == 6
+    assert (s.fresh_examples, s.emitted_examples) == (12, 24)
+
+
+def test_repr_shows_the_parameters():
+    stage = AdaptiveExamples(range(4), 2, augment=tag)
+    assert repr(stage) == ("AdaptiveExamples(<range>, batch_size=2, max_factor=4, min_fresh=8, "
+                           "prefetch=4, buffer_size=8, seed=0, augment='tag')")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"batch_size": 0}, ValueError, r"batch_size must be an int >= 1, got 0"),
+    ({"batch_size": 2, "augment": 3}, TypeError, r"augment must be callable"),
+    ({"batch_size": 2, "collate": "stack"}, TypeError, r"collate must be callable"),
+])
+def test_arguments_are_checked_with_a_message_naming_the_fix(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        AdaptiveExamples(range(3), **kwargs)
+
+
+@pytest.mark.parametrize(("echo", "kind"), [("before_augmentation", AdaptiveExamples),
+                                            ("after_augmentation", AdaptiveExamples),
+                                            ("batch", AdaptiveEcho)])
+def test_make_auto_builds_each_variant(echo, kind):
+    with make_auto(range(12), echo=echo, batch_size=4, augment=lambda x: x + 100) as stage:
+        assert isinstance(stage, kind)
+        out = sorted({int(x) for b in stage for x in b})
+    assert out == list(range(100, 112))
+
+
+def test_make_auto_rejects_unknown_variants():
+    with pytest.raises(ValueError, match=r"echo must be 'before_augmentation'.*got 'examples'"):
+        make_auto(range(4), echo="examples", batch_size=2)

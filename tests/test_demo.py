@@ -1,0 +1,75 @@
+"""`dataecho demo`: end to end in seconds, and results that never overstate a speedup."""
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from dataecho.demo import main
+from dataecho.demo.config import parse_args
+from dataecho.demo.report import summarize, table
+from dataecho.demo.train import RunResult
+
+pytestmark = pytest.mark.torch
+
+
+def test_smoke_demo_writes_its_table_plot_and_json_in_under_a_minute(tmp_path, capsys):
+    began = time.perf_counter()
+    assert main(["--smoke", "--out", str(tmp_path)]) == 0
+    assert time.perf_counter() - began < 60
+    printed = capsys.readouterr().out
+    assert "127.0.0.1" in printed
+    assert "pinned to 1 thread" in printed or "CUDA" in printed
+    assert "time to target" in (tmp_path / "table.txt").read_text()
+    assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert [row["run"] for row in result["rows"]][:2] == ["baseline", "echo e=2"]
+    assert result["config"]["preset"] == "smoke" and "Echo(ShardStream" in result["runs"][1][
+        "pipeline"]
+    assert result["rss"]["main_mb"] < 2048 and result["versions"]["torch"]
+    echo = result["runs"][1]
+    assert echo["fresh"] < echo["emitted"] and echo["points"]
+
+
+def test_presets_and_flags_resolve_into_the_config():
+    cfg = parse_args(["--quick", "--ratio", "4", "--out", "x"])
+    assert (cfg.preset, cfg.ratio, cfg.fixed_factor, cfg.out) == ("quick", 4.0, 4.0, "x")
+    assert parse_args([]).out.startswith("runs/demo-")
+    assert parse_args(["--factor", "2.5"]).fixed_factor == 2.5
+
+
+@pytest.mark.parametrize("argv", [["--ratio", "0.5"], ["--target", "90"], ["--budget", "0"],
+                                  ["--quick", "--smoke"]])
+def test_bad_flags_are_refused(argv):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def run(name, factor, reached, seconds, fresh):
+    r = RunResult(name, factor, "", reached=reached, steps=100, fresh=fresh, emitted=400,
+                  train_s=seconds, wait_s=seconds / 2, final_accuracy=0.8)
+    if reached:
+        r.time_to_target, r.fresh_to_target, r.steps_to_target = seconds, fresh, 100
+    return r
+
+
+def test_a_run_that_missed_the_target_gets_no_speedup():
+    rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 4.0, False, 60.0, 100)],
+                     ratio=4.0)
+    assert rows[1]["speedup"] is None and rows[1]["fresh_ratio"] is None
+    text = table(rows, 0.9)
+    assert "MISSED" in text and "did not reach 90%" in text
+
+
+def test_no_speedup_is_reported_when_the_baseline_missed():
+    rows = summarize([run("baseline", 1.0, False, 40.0, 400), run("echo", 4.0, True, 10.0, 100)],
+                     ratio=4.0)
+    assert rows[1]["speedup"] is None
+
+
+def test_speedup_and_bound_when_both_reached():
+    rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 5.0, True, 10.0, 100)],
+                     ratio=4.0)
+    assert rows[1]["speedup"] == 4.0 and rows[1]["bound"] == 4.0 and rows[1]["fresh_ratio"] == 0.25

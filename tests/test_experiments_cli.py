@@ -1,0 +1,50 @@
+"""`dataecho reproduce --budget smoke` end to end, and `dataecho report`."""
+
+import re
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+
+from dataecho.experiments.cli import report_main, reproduce_main
+from dataecho.experiments.figures import FIGURES
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    start = time.monotonic()
+    code = reproduce_main(["--budget", "smoke", "--out", str(out)])
+    return out, code, time.monotonic() - start
+
+
+def test_smoke_reproduce_runs_end_to_end_in_under_a_minute(smoke):
+    out, code, seconds = smoke
+    assert code == 0
+    assert seconds < 60, f"smoke run took {seconds:.0f} s"
+    assert (out / "results.jsonl").is_file()
+
+
+def test_smoke_report_shows_every_figure_and_every_finding(smoke):
+    out = smoke[0]
+    text = (out / "README.md").read_text()
+    linked = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", text)
+    assert {name for name in FIGURES} <= {p.split("_", 1)[1][:-4] for p in linked}
+    for path in linked:
+        assert (out / path).stat().st_size > 1000
+    for number in range(1, 8):
+        assert f"\n| {number} | " in text
+    assert "| digits |" in text  # the speed and cost table
+
+
+def test_report_command_rewrites_the_report_from_the_store(smoke, tmp_path):
+    assert report_main(["--store", str(smoke[0] / "results.jsonl"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "README.md").read_text().startswith("# Data echoing")
+
+
+def test_report_command_on_a_missing_store_explains_and_fails(tmp_path, capsys):
+    assert report_main(["--store", str(tmp_path / "nope.jsonl")]) == 2
+    assert "dataecho reproduce" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The adaptive decision, replayed deterministically: simulated clock, no threads."""
+
+import collections
+
+import pytest
+
+from dataecho.adaptive import AdaptiveEcho
+from dataecho.adaptive_examples import AdaptiveExamples
+from dataecho.policy import EchoBuffer, Plan, SimClock, SimulatedFeed, plan
+
+MAX = 4
+
+
+def simulate(ratio, *, n=400, max_factor=MAX, depth=2, **kwargs):
+    """One fresh item per ``ratio`` consumer steps; each step takes one time unit."""
+    clock = SimClock()
+    stage = AdaptiveEcho(
+        range(n), max_factor=max_factor, clock=clock,
+        feed=lambda produce: SimulatedFeed(produce, period=ratio, clock=clock, depth=depth),
+        **kwargs)
+    out = []
+    for item in stage:
+        out.append(item)
+        clock.advance(1.0)
+    return stage, out
+
+
+@pytest.mark.parametrize("ratio", [1, 1.5, 2, 4, 8])
+def test_realised_factor_tracks_ratio_capped_at_max_factor_within_ten_percent(ratio):
+    stage, _ = simulate(ratio)
+    target = min(ratio, MAX)
+    assert abs(stage.stats().realised_factor - target) / target < 0.10
+
+
+@pytest.mark.parametrize("ratio", [1, 1.5, 2, 4, 8, 16])
+def test_no_fresh_item_is_used_more_than_max_factor_times(ratio):
+    _, out = simulate(ratio)
+    counts = collections.Counter(out)
+    assert max(counts.values()) <= MAX
+    assert sorted(counts) == list(range(400))  # every fresh item emitted
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 1])
+def test_no_echo_at_all_when_upstream_keeps_up(ratio):
+    stage, out = simulate(ratio)
+    assert out == list(range(400))
+    assert stage.stats().realised_factor == 1.0
+
+
+def test_stall_fraction_is_zero_below_the_cap_and_the_uncovered_share_above_it():
+    stage, _ = simulate(2)
+    assert stage.timing().stall_fraction < 0.01  # only the wait for the very first item
+    stage, _ = simulate(8)  # 4 steps of 1 per item of 8: waits half the time
+    assert stage.timing().stall_fraction == pytest.approx(0.5, abs=0.01)
+
+
+def test_warm_up_takes_min_fresh_items_before_any_echo():
+    _, out = simulate(8, min_fresh=3)
+    assert out[:4] == [0, 1, 2, 2]
+
+
+def test_factor_follows_a_drifting_upstream():
+    clock = SimClock()
+    period = lambda k: 2.0 if k < 200 else 4.0  # noqa: E731
+    stage = AdaptiveEcho(range(400), max_factor=8, clock=clock,
+                         feed=lambda p: SimulatedFeed(p, period=period, clock=clock))
+    out = []
+    for item in stage:
+        out.append(item)
+        clock.advance(1.0)
+    counts = collections.Counter(out)
+    first = sum(counts[i] for i in range(20, 180)) / 160
+    second = sum(counts[i] for i in range(220, 380)) / 160
+    assert first == pytest.approx(2.0, rel=0.1) and second == pytest.approx(4.0, rel=0.1)
+
+
+@pytest.mark.parametrize("ratio", [1, 1.5, 2, 4, 8])
+def test_example_level_factor_tracks_ratio_and_never_repeats_an_example_in_a_batch(ratio):
+    clock, batch = SimClock(), 8
+    stage = AdaptiveExamples(
+        range(800), batch, max_factor=MAX, collate=list, clock=clock,
+        feed=lambda p: SimulatedFeed(p, period=ratio / batch, clock=clock, depth=2 * batch))
+    counts = collections.Counter()
+    for b in stage:
+        assert len(set(b)) == len(b)
+        counts.update(b)
+        clock.advance(1.0)
+    target = min(ratio, MAX)
+    assert abs(stage.stats().realised_factor - target) / target < 0.10
+    assert max(counts.values()) <= MAX and len(counts) == 800
+
+
+def test_plan_prefers_fresh_then_echoes_then_waits():
+    assert plan(1, ready=1, capacity=1, ended=False) == Plan(1)
+    assert plan(1, ready=0, capacity=1, ended=False) == Plan(0, echoes=1)
+    assert plan(1, ready=0, capacity=0, ended=False) == Plan(0, block=True)
+    assert plan(4, ready=2, capacity=1, ended=False) == Plan(2, block=True)
+
+
+def test_plan_stops_with_what_it_has_once_a_rank_can_supply_nothing_more():
+    assert plan(4, ready=0, capacity=9, ended=True) == Plan(0, stop=True)
+    assert plan(1, ready=0, capacity=1, ended=True) == Plan(0, stop=True)
+
+
+def test_echo_buffer_spends_each_budget_once_and_evicts_the_oldest():
+    buf = EchoBuffer(size=3, max_uses=3)
+    for i in range(4):
+        buf.add(f"x{i}", i)
+    assert buf.capacity == 3  # x0 evicted
+    draws = [d for _ in range(6) for d in buf.draw(1)]
+    assert collections.Counter(item for item, _, _ in draws) == {"x1": 2, "x2": 2, "x3": 2}
+    assert buf.capacity == 0
+
+
+def test_simulated_feed_bounds_the_producer_by_the_queue_depth():
+    clock, reads = SimClock(), []
+
+    def produce():
+        reads.append(clock())
+        return len(reads)
+
+    feed = SimulatedFeed(produce, period=1.0, clock=clock, depth=2)
+    clock.advance(10.0)
+    assert feed.ready() == 2 and len(reads) <= 3  # two queued, at most one in production

@@ -1,0 +1,111 @@
+"""The prefetch thread: order, bounds, errors, timeouts and every way it must stop."""
+
+import gc
+import threading
+import time
+import traceback
+
+import pytest
+
+from dataecho.prefetch import Prefetcher
+
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
+
+def prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "dataecho-prefetch" and t.is_alive()]
+
+
+def wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_items_arrive_in_order_then_stop_iteration():
+    feed = Prefetcher(iter(range(50)).__next__, depth=3)
+    assert [feed.get() for _ in range(50)] == list(range(50))
+    with pytest.raises(StopIteration):
+        feed.get()
+    assert feed.finished()
+    feed.close()
+
+
+def test_producer_reads_at_most_depth_items_ahead():
+    reads = []
+
+    def produce():
+        reads.append(len(reads))
+        return reads[-1]
+
+    feed = Prefetcher(produce, depth=3)
+    feed.get()
+    wait_until(lambda: feed.ready() == 3)
+    time.sleep(0.05)
+    assert len(reads) == 4  # the one taken plus a full queue, nothing in hand
+    feed.close()
+
+
+def test_upstream_exception_reaches_consumer_with_type_and_traceback():
+    def broken():
+        raise KeyError("disk gone")
+
+    feed = Prefetcher(broken)
+    with pytest.raises(KeyError, match="disk gone") as info:
+        feed.get()
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert "broken" in frames  # the upstream's own frame survives the thread hop
+    assert any("prefetch thread" in note for note in info.value.__notes__)
+    with pytest.raises(StopIteration):  # like a generator: over after raising
+        feed.get()
+    feed.close()
+
+
+def test_hung_upstream_raises_timeout_error_and_thread_exits_once_released():
+    release = threading.Event()
+    feed = Prefetcher(lambda: release.wait(), timeout=0.2)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"timeout=0\.2"):
+        feed.get()
+    assert time.monotonic() - start < 2.0
+    feed.close(wait=0)
+    release.set()
+    wait_until(lambda: not prefetch_threads())
+
+
+def test_close_stops_the_thread_and_discards_queued_items():
+    feed = Prefetcher(iter(range(100)).__next__, depth=4)
+    feed.get()
+    feed.close()
+    assert not prefetch_threads()
+    assert feed.finished()
+    with pytest.raises(StopIteration):
+        feed.get()
+
+
+def test_garbage_collection_stops_the_thread():
+    feed = Prefetcher(iter(range(100)).__next__, depth=2)
+    feed.get()
+    del feed
+    gc.collect()
+    wait_until(lambda: not prefetch_threads())
+
+
+def test_thread_parks_when_nobody_reads_and_resumes_losslessly():
+    feed = Prefetcher(iter(range(20)).__next__, depth=2, park_after=0.05)
+    assert feed.get() == 0
+    wait_until(lambda: not prefetch_threads())  # parked: queue full, consumer gone
+    assert [feed.get() for _ in range(19)] == list(range(1, 20))
+    feed.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "1", True])
+def test_timeout_must_be_positive_seconds_or_none(bad):
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds > 0 or None"):
+        Prefetcher(iter([]).__next__, timeout=bad)
+
+
+def test_depth_is_checked_under_the_name_users_pass():
+    with pytest.raises(ValueError, match=r"prefetch must be an int >= 1, got 0"):
+        Prefetcher(iter([]).__next__, depth=0)

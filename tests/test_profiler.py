@@ -1,0 +1,137 @@
+"""The profiler, the advice it prints, the in-loop monitor and `dataecho profile`."""
+
+import json
+import time
+
+import pytest
+
+from dataecho import cli
+from dataecho.profiler import Profile, fixed_factor, main, profile, recommend
+from dataecho.stall import LoopTiming, Monitor
+
+
+def slow_loader(n, seconds):
+    for k in range(n):
+        time.sleep(seconds)
+        yield k
+
+
+class Reloadable:
+    """A re-iterable loader, like a DataLoader: each pass starts afresh."""
+
+    def __init__(self, n, seconds):
+        self.n, self.seconds = n, seconds
+
+    def __iter__(self):
+        return slow_loader(self.n, self.seconds)
+
+
+def test_profile_measures_upstream_downstream_and_their_ratio():
+    # Sleeps of tens of ms: a loaded machine oversleeps by a millisecond or two.
+    p = profile(Reloadable(30, 0.04), step=0.01, batches=8, warmup=1, steps=8)
+    assert p.upstream_s == pytest.approx(0.04, rel=0.5)
+    assert p.downstream_s == pytest.approx(0.01, rel=0.5)
+    assert 2.0 < p.ratio < 6.0
+    assert 0.5 < p.stall_fraction < 1.0  # the loader reads inside the loop
+
+
+def test_profile_calls_a_real_step_on_batches():
+    seen = []
+    profile(range(40), step=seen.append, batches=5, warmup=1, steps=3)
+    assert len(seen) == 1 + 3 + 1 + 5  # warm-up, timed steps, loop warm-up, loop
+
+
+def test_profile_of_a_too_short_loader_says_what_to_change():
+    with pytest.raises(ValueError, match="loader ran out after 4 batches; pass a smaller warmup"):
+        profile(range(4), step=0.0, warmup=3)
+
+
+@pytest.mark.parametrize(("ratio", "factor"), [(0.5, 1.0), (1.1, 1.0), (1.3, 1.25),
+                                                (2.0, 2.0), (3.9, 3.75), (6.0, 4.0)])
+def test_fixed_factor_never_exceeds_r_or_the_cap(ratio, factor):
+    assert fixed_factor(ratio) == factor
+
+
+def test_advice_when_not_input_bound_is_to_leave_echoing_off():
+    text = recommend(0.8)
+    assert text.startswith("Not input-bound: R = 0.80")
+    assert "e <= R" in text
+
+
+def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
+    text = Profile(0.03, 0.01, 0.7, 50).recommendation()
+    assert "Input-bound: R = 3.00" in text and "idles 67%" in text
+    assert "e = 3" in text and "e <= R" in text and "min(R, e) = 3.00x" in text
+    assert "echo='before_augmentation'" in text and "factor='auto'" in text
+    assert "not bit-reproducible" in text
+
+
+def test_advice_caps_the_factor_and_says_why():
+    text = recommend(7.0, max_factor=4)
+    assert "e = 4 (capped at max_factor=4" in text and "try up to 7" in text
+
+
+def test_advice_spots_a_loader_that_reads_inside_the_loop():
+    assert "reads inside the loop" in recommend(4.0, 0.8)
+    assert "reads inside the loop" not in recommend(4.0, 0.75)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_monitor_splits_time_into_blocked_and_step_and_logs_every_n_steps():
+    clock, lines = FakeClock(), []
+
+    def loader():
+        for k in range(6):
+            clock.now += 3.0  # reading takes 3 s
+            yield k
+
+    with Monitor(loader(), every=2, log=lines.append, clock=clock) as batches:
+        for _ in batches:
+            clock.now += 1.0  # the step takes 1 s
+    t = batches.timing()
+    assert (t.steps, t.blocked_s, t.step_s) == (6, 18.0, 6.0)
+    assert t.stall_fraction == 0.75 and t.ratio == 4.0
+    assert len(lines) == 4 and lines[-1].startswith("dataecho: total 6 steps")
+    assert "stall 75.0%, R ~ 4.00" in lines[-1]
+
+
+def test_monitor_starts_a_new_pass_each_epoch_and_keeps_totals():
+    monitor = Monitor([1, 2, 3], log=lambda _: None)
+    assert [sum(monitor) for _ in range(2)] == [6, 6]
+    assert monitor.timing().steps == 6
+
+
+def test_loop_timing_before_any_step_is_nan_not_an_error():
+    t = LoopTiming(0, 0.0, 0.0)
+    assert t.stall_fraction != t.stall_fraction and t.ratio != t.ratio
+
+
+def test_cli_with_synthetic_upstream_prints_numbers_and_advice(capsys):
+    assert main(["--synthetic-upstream-ms", "8", "--step-ms", "2", "--batches", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "ms per batch" in out and "Input-bound" in out
+
+
+def test_cli_loads_loader_and_step_from_a_module(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mytrain.py").write_text(
+        "import time\n"
+        "def make_loader():\n    return range(100)\n"
+        "def step(batch):\n    time.sleep(0.001)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = cli.main(["profile", "--module", "mytrain:make_loader", "--step", "mytrain:step",
+                     "--batches", "5", "--json"])
+    assert code == 0
+    numbers = json.loads(capsys.readouterr().out)
+    assert numbers["ratio"] < 1 and numbers["batches"] == 5
+
+
+def test_cli_reports_a_bad_module_clearly(capsys):
+    assert main(["--module", "no_such_module_xyz:f", "--step-ms", "1"]) == 2
+    assert "no_such_module_xyz" in capsys.readouterr().err
