@@ -17,8 +17,8 @@ from dataecho.torch_distributed import RankAgreement
 pytestmark = [pytest.mark.torch,
               pytest.mark.skipif(not dist.is_available(), reason="torch.distributed missing")]
 
-STEP_S = 0.002  # the consumer's training step
-UP_S = 0.004  # rank 0's upstream per item; rank 1 takes twice as long
+STEP_S = 0.005  # the consumer's training step
+UP_S = 0.015  # rank 0's upstream per item; rank 1 takes twice as long
 
 
 def _upstream(n, seconds):
@@ -71,7 +71,7 @@ def test_both_ranks_take_the_same_number_of_steps_and_fresh_items(ranks):
 
 def test_the_fast_rank_echoes_as_much_as_the_slow_one_needs(ranks):
     fast = ranks[0]["batches"]
-    assert fast["emitted"] / fast["fresh"] > 1.3  # R ~ 2-4 on the slow rank, per CPU load
+    assert fast["emitted"] / fast["fresh"] > 1.5  # R ~ 6 on the slow rank: echo capped at 4
 
 
 def test_ranks_stop_together_when_one_upstream_ends_first(ranks):
