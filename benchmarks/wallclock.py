@@ -3,6 +3,7 @@
 Usage: python benchmarks/wallclock.py [--ratios 2 4 6] [--factors 2 4 R auto]
                                       [--seeds 0 1 2] [--preset default|quick|smoke]
                                       [--budget SECONDS] [--device auto|cpu|cuda] [--tag NAME]
+                                      [--replot]
 
 For every R the server's bandwidth is set from one start-up measurement of the training
 step; for every seed the baseline (factor 1) runs first and every other factor is
@@ -17,17 +18,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dataecho.demo.calibrate import calibrate
+from dataecho.demo.command import measure_t_down, one_run
 from dataecho.demo.config import PRESETS, DemoConfig
 from dataecho.demo.data import prepare
 from dataecho.demo.loader import Factor
-from dataecho.demo.main import measure_t_down, one_run
 from dataecho.demo.model import pick_device
 from dataecho.demo.report import measured_ratio, peak_rss_mb, versions, write_json
 from dataecho.demo.train import Evaluator
@@ -63,7 +66,8 @@ def run_grid(cfg: DemoConfig, ratios: list[float], factors: list[str], seeds: li
             cal = calibrate(t_down, ratio, data.bytes_per_sample, cfg.batch_size)
             server.bandwidth = cal.bandwidth
             for seed in seeds:
-                run_cfg = dataclasses.replace(cfg, ratio=ratio, seed=seed)
+                budget = cfg.budget_s or cfg.budget_steps * cal.fetch_s
+                run_cfg = dataclasses.replace(cfg, ratio=ratio, seed=seed, budget_s=budget)
                 wanted = [factor_of(f, ratio) for f in ["1", *factors]]
                 unique = list(dict.fromkeys(wanted))  # "R" may equal a listed factor
                 base = None
@@ -111,7 +115,9 @@ def markdown(groups: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"# Wall-clock benchmark (benchmarks/wallclock.py{meta['tag']})", "",
              f"{meta['preset']} preset: target {meta['target']:.0%}, {meta['note']}; "
              f"t_down {1000 * meta['t_down_s']:.1f} ms; {meta['versions']['platform']}, "
-             f"torch {meta['versions']['torch']}; {meta['wall_s'] / 60:.1f} min in all.", "",
+             f"torch {meta['versions']['torch']}; {meta['wall_s'] / 60:.1f} min in all.",
+             f"Arguments: `{' '.join(meta.get('argv', []))}`; one row per (R, factor), "
+             "speedups over the seeds run.", "",
              "| R set | R measured | factor | realised e | reached | speedup mean "
              "(min-max) | bound min(R,e) | fresh ratio |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -135,10 +141,15 @@ def plot(groups: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for ratio in sorted({g["ratio_set"] for g in groups}):
-        pts = [(g["realised_factor"], g["speedup_mean"]) for g in groups
-               if g["ratio_set"] == ratio and g["speedup_mean"] is not None]
-        if pts:
-            ax.plot(*zip(*sorted(pts), strict=True), marker="o", label=f"R = {ratio:g}")
+        mine = [g for g in groups if g["ratio_set"] == ratio and g["speedup_mean"] is not None]
+        fixed = sorted((g["realised_factor"], g["speedup_mean"]) for g in mine
+                       if g["factor"] != "auto")
+        line = ax.plot(*zip(*fixed, strict=True), marker="o", label=f"R = {ratio:g}, fixed e")
+        for g in mine:
+            if g["factor"] == "auto":
+                ax.plot(g["realised_factor"], g["speedup_mean"], marker="*", markersize=14,
+                        color=line[0].get_color(), linestyle="",
+                        label=f"R = {ratio:g}, adaptive")
     ax.plot([1, 6], [1, 6], color="grey", linestyle=":", label="speedup = e")
     ax.set_xlabel("realised echo factor")
     ax.set_ylabel("wall-clock speedup to target")
@@ -158,19 +169,27 @@ def main() -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--budget", type=float, help="training seconds per run (default: preset's)")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. 'gpu'")
+    p.add_argument("--replot", action="store_true",
+                   help="rewrite the .md and .png from the tag's .json; run nothing")
     args = p.parse_args()
+    tag = f"-{args.tag}" if args.tag else ""
+    if args.replot:
+        saved = json.loads((RESULTS / f"wallclock{tag}.json").read_text())
+        (RESULTS / f"wallclock{tag}.md").write_text(markdown(saved["summary"], saved))
+        plot(saved["summary"], RESULTS / f"wallclock{tag}.png")
+        return
     began = time.perf_counter()
     budget = {"budget_s": args.budget} if args.budget else {}
     cfg = DemoConfig(preset=args.preset, device=args.device,
                      **{**PRESETS[args.preset], **budget})
-    tag = f"-{args.tag}" if args.tag else ""
     RESULTS.mkdir(exist_ok=True)
 
     def save(grid: dict[str, Any]) -> None:
         groups = summary(grid["rows"])
         meta = {"preset": args.preset, "target": cfg.target, "note": grid["device_note"],
                 "t_down_s": grid["t_down_s"], "versions": versions(),
-                "tag": tag and f" --tag {args.tag}", "wall_s": time.perf_counter() - began}
+                "tag": tag and f" --tag {args.tag}", "wall_s": time.perf_counter() - began,
+                "argv": sys.argv[1:]}
         write_json(RESULTS / f"wallclock{tag}.json", {
             "config": cfg.as_dict(), "ratios": args.ratios, "factors": args.factors,
             "seeds": args.seeds, **grid, "summary": groups, "rss": peak_rss_mb([]), **meta})

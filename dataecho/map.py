@@ -19,7 +19,8 @@ class Map(Stage[U]):
     """Applies ``fn(item)``, or ``fn(item, rng)`` for random transforms.
 
     ``rng`` is a ``numpy.random.Generator`` keyed by ``(seed, position)``, where the
-    position counts items this stage has transformed. Placed after an ``Echo``, every
+    position counts items this stage has transformed; it is valid during the call (the
+    next call repositions it), so draw what you need inside ``fn``. Placed after an ``Echo``, every
     copy of an example therefore gets its own augmentation (the paper's "echoing
     before augmentation"), and reruns reproduce them exactly.
 
@@ -55,6 +56,7 @@ class Map(Stage[U]):
         self.fn = fn
         self.seed = check_seed(seed)
         self.random = _takes_rng(fn) if random is None else bool(random)
+        self._stream = _rng.Stream(self.seed, _rng.MAP)
         self._position = 0
 
     def __next__(self) -> U:
@@ -62,7 +64,7 @@ class Map(Stage[U]):
         position = self._position
         self._position += 1
         if self.random:
-            return self.fn(item, _rng.rng(self.seed, _rng.MAP, position))
+            return self.fn(item, self._stream.at(position))
         return self.fn(item)
 
     def _config(self) -> dict[str, Any]:

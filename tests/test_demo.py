@@ -37,6 +37,8 @@ def test_presets_and_flags_resolve_into_the_config():
     cfg = parse_args(["--quick", "--ratio", "4", "--out", "x"])
     assert (cfg.preset, cfg.ratio, cfg.fixed_factor, cfg.out) == ("quick", 4.0, 4.0, "x")
     assert parse_args([]).out.startswith("runs/demo-")
+    assert parse_args([]).budget_s is None  # resolved from the calibrated R at start-up
+    assert parse_args(["--budget", "30"]).budget_s == 30.0
     assert parse_args(["--factor", "2.5"]).fixed_factor == 2.5
 
 
@@ -73,3 +75,27 @@ def test_speedup_and_bound_when_both_reached():
     rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 5.0, True, 10.0, 100)],
                      ratio=4.0)
     assert rows[1]["speedup"] == 4.0 and rows[1]["bound"] == 4.0 and rows[1]["fresh_ratio"] == 0.25
+
+
+def test_step_is_timed_on_streamed_batches_without_the_wait():
+    import torch
+
+    from dataecho.demo.calibrate import time_step_streaming
+    from dataecho.demo.model import small_cnn
+    from dataecho.demo.train import Step
+
+    batches = [(torch.zeros(8, 28, 28, dtype=torch.uint8), torch.zeros(8, dtype=torch.long),
+                torch.arange(8))] * 6
+    step = Step(small_cnn(), 1e-3, torch.device("cpu"))
+    assert 0 < time_step_streaming(step, batches, steps=2) < 5
+
+
+def test_the_adaptive_run_is_skipped_with_a_message_when_it_is_not_installed(monkeypatch, capsys):
+    import importlib.util
+
+    from dataecho.demo import command
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    names = [name for name, _ in command.runs_of(parse_args(["--out", "x"]))]
+    assert names == ["baseline", "echo e=5"]
+    assert "adaptive run skipped" in capsys.readouterr().out

@@ -7,18 +7,18 @@ without echoing, with example echoing before augmentation at a fixed factor near
 
 Modules: ``stream`` (the checkpointable shard reader, numpy only), ``augment``,
 ``loader`` (the pipeline in DataLoader workers), ``model``, ``calibrate``, ``train``,
-``data``, ``report`` (table, figure, JSON), ``config`` and ``main``.
+``data``, ``report`` (table, figure, JSON), ``config`` and ``command`` (the CLI).
 """
 
 from __future__ import annotations
 
 
 def main(argv: list[str]) -> int:
-    """Runs ``dataecho demo ARGS``; see :func:`dataecho.demo.main.main`.
+    """Runs ``dataecho demo ARGS``; see :func:`dataecho.demo.command.main`.
 
     Imported lazily, so ``dataecho.demo.stream`` works without torch.
     """
-    from .main import main as run_demo
+    from .command import main as run_demo
 
     return run_demo(argv)
 

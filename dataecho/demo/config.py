@@ -18,7 +18,8 @@ class DemoConfig:
     factor: float | None = None  # fixed echo factor of run (b); None: round(ratio)
     adaptive: bool = True  # also run adaptive echoing (c)
     target: float = 0.88  # test accuracy (on the held-out subset) that ends a run
-    budget_s: float = 240.0  # training seconds a run may take before it gives up
+    budget_s: float | None = None  # training seconds a run may take; None: budget_steps
+    budget_steps: int = 2000  # ...baseline steps at the calibrated R (it needs ~1,100)
     train_size: int | None = None  # training examples sharded and served; None: all 60,000
     eval_size: int = 2000  # fixed held-out test images evaluated
     eval_every: int = 100  # training steps between evaluations
@@ -50,7 +51,7 @@ PRESETS: dict[str, dict[str, object]] = {
     # ~5 minutes on 2 CPU cores: the baseline needs ~1,300 steps at 5x the step time.
     "default": {},
     # under 2 minutes: a lower target, reached in about 400 steps.
-    "quick": {"target": 0.83, "budget_s": 90.0, "eval_every": 50},
+    "quick": {"target": 0.83, "budget_steps": 800, "eval_every": 50},
     # seconds, for the test suite: a small subset, a low target, small batches.
     "smoke": {"target": 0.6, "budget_s": 8.0, "train_size": 2000, "eval_size": 500,
               "eval_every": 10, "batch_size": 64, "buffer_size": 256, "shard_size": 100,
@@ -76,7 +77,8 @@ def parse_args(argv: list[str]) -> DemoConfig:
     p.add_argument("--ratio", type=float, help="R to set up, >= 1 (default 5)")
     p.add_argument("--factor", type=float, help="fixed echo factor (default: R rounded)")
     p.add_argument("--target", type=float, help="test accuracy that ends a run, in (0, 1)")
-    p.add_argument("--budget", type=float, dest="budget_s", help="seconds per run")
+    p.add_argument("--budget", type=float, dest="budget_s",
+                   help="training seconds per run (default: 2,000 baseline steps at R)")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false", default=None,
                    help="skip the adaptive run")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))
@@ -93,7 +95,7 @@ def parse_args(argv: list[str]) -> DemoConfig:
         p.error(f"--factor must be >= 1, got {cfg.factor}")
     if not 0 < cfg.target < 1:
         p.error(f"--target must be an accuracy in (0, 1), got {cfg.target}")
-    if not cfg.budget_s > 0:
+    if cfg.budget_s is not None and not cfg.budget_s > 0:
         p.error(f"--budget must be > 0 seconds, got {cfg.budget_s}")
     if not cfg.out:
         cfg = dataclasses.replace(cfg, out=str(Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))

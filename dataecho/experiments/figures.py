@@ -174,6 +174,11 @@ def fig8_no_harm(results: Results, w: dict[str, Any], path: Path) -> Path:
                        label=VARIANT_NAMES[c.variant] + (f" e={c.factor}" if c.factor > 1 else ""))
     left.set_xticks(range(len(conds)), [VARIANT_NAMES[c.variant].replace(", ", ",\n")
                                         for c in conds], fontsize=7)
+    values = [v for c in conds for v in (results[c].quality().min, results[c].quality().max)
+              if math.isfinite(v)]
+    if values:  # at least +-0.01 accuracy (or +-0.05 nats) so noise does not look large
+        pad = 0.01 if w["metric"] == "accuracy" else 0.05
+        left.set_ylim(min(values) - pad, max(values) + pad)
     left.set_ylabel(f"best {w['metric']} within {w['fresh_budget']:,} fresh examples")
     left.set_title(f"{w['name']}: no harm at equal fresh budget (Fig. 8)", fontsize=10)
     left.grid(alpha=0.3)

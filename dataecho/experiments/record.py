@@ -39,14 +39,21 @@ def trial_key(workload: Workload, trial: Trial) -> str:
         >>> len(trial_key(WORKLOADS["digits"], t))
         16
     """
-    # Prose and the ETA estimate do not decide the outcome; leave them out of the key so
-    # editing them does not orphan finished trials.
-    config = {k: v for k, v in workload.config().items() if k not in ("target_why",
-                                                                       "trial_seconds")}
-    blob = json.dumps({"workload": config, "condition": trial.condition.as_dict(),
-                       "hparams": trial.hparams.as_dict(), "seed": trial.seed,
-                       "mode": trial.mode}, sort_keys=True, default=str)
+    blob = json.dumps({"workload": definition(workload.config()),
+                       "condition": trial.condition.as_dict(), "hparams": trial.hparams.as_dict(),
+                       "seed": trial.seed, "mode": trial.mode}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def definition(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a workload config that decides outcomes: prose and the ETA estimate
+    are left out, so editing them does not orphan finished trials.
+
+    Example:
+        >>> definition({"target": 0.9, "target_why": "because", "trial_seconds": 30.0})
+        {'target': 0.9}
+    """
+    return {k: v for k, v in config.items() if k not in ("target_why", "trial_seconds")}
 
 
 def comparable(record: Record) -> Record:

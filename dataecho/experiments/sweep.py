@@ -14,7 +14,9 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -167,7 +169,8 @@ def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
             progress(unit, run_unit(unit, store_path, left, verbose))
         return ran
     context = multiprocessing.get_context("spawn")  # no fork: torch's thread pools
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
         pending: dict[Future[int], Unit] = {
             pool.submit(run_unit, u, store_path, None, verbose): u for u in todo}
         while pending:
@@ -194,6 +197,18 @@ def _complete(unit: Unit, have: dict[str, Record]) -> bool:
         return True
     workload = WORKLOADS[unit.condition.workload]
     return trial_key(workload, no_harm_trial(unit, [have[k] for k in keys])) in have
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initialiser: exit when the sweep process dies, so that a killed sweep does
+    not leave workers appending to the store while a resumed sweep runs the same trials.
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(2.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _hms(seconds: float) -> str:

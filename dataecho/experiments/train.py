@@ -148,6 +148,7 @@ def train(workload: Workload, trial: Trial, *, prune_at: float | None = None,
 
     status, step, first_loss, loss_value = "budget", 0, math.nan, math.nan
     evaluate(0, math.nan)
+    next_eval = grid  # evaluations at the first step past each multiple of grid
     batches: Iterator[Any] = iter(stage)
     while True:
         t0 = time.perf_counter()
@@ -173,8 +174,9 @@ def train(workload: Workload, trial: Trial, *, prune_at: float | None = None,
         # The source's read count equals the echo stage's fresh count at every step
         # (checked at each evaluation) and costs nothing, unlike walking the pipeline.
         fresh = counted.reads
-        if fresh < grid * len(curve["fresh"]) and fresh < budget:
+        if fresh < next_eval and fresh < budget:
             continue
+        next_eval = grid * (math.floor(fresh / grid) + 1)  # a read-ahead may skip points
         value = evaluate(step, loss_value)
         if not math.isfinite(value):
             status = "diverged"

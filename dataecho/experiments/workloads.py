@@ -115,7 +115,7 @@ class ImageWorkload(Workload):
     pad: int = 2  # pixels of zero padding on each side before the random crop
     flip: bool = True  # random horizontal flips (off for digits, where they change meaning)
     cnn: CNNConfig = field(default_factory=CNNConfig)
-    eval_size: int = 5000  # evaluation examples, a fixed subset of the test split
+    eval_size: int = 10_000  # evaluation examples, a fixed subset of the test split
     mean: float = 0.286  # pixel mean of the training set (0..1 scale), for normalisation
     std: float = 0.353  # pixel standard deviation of the training set
 
@@ -224,15 +224,18 @@ FMNIST = ImageWorkload(
     metric="accuracy",
     target=0.87,
     target_why=(
-        "87% test accuracy. The CPU-sized CNN (16/32 channels, 27k parameters) with "
-        "crop+flip augmentation ends near 88.5% after the 192k-example budget; 87% sits "
-        "about 1.5 points below that, like the paper's 91% for a ResNet-32 that ends near "
-        "92.5%, and is reached in about 1,000 steps. 90% would need the 4x costlier "
-        "32/64-channel CNN and about 2,500 steps, more than the full protocol's CPU "
-        "budget allows."
+        "87% test accuracy on all 10,000 test images. The CPU-sized CNN (16/32 "
+        "channels) with crop+flip augmentation ends near 89% at the end of the "
+        "192k-example budget (linear decay to zero) and reaches 87% after about 750 "
+        "steps at batch 128: about 2 points below its final accuracy, like the paper's "
+        "91% for a ResNet-32 that ends near 92.5%. 90% is beyond this model within the "
+        "budget, and the 4x costlier 32/64-channel CNN needed 2,000-2,500 steps for it "
+        "in a pilot, which the full protocol's CPU budget cannot afford."
     ),
     batch_size=128,
     fresh_budget=192_000,
+    # All 10,000 test images: the accuracy estimate's standard error is then 0.34
+    # points at 87% (0.48 with 5,000), which matters because the curve is shallow there.
     evals=48,
     source="fashion_mnist",
     lr_range=(0.01, 0.4),
@@ -263,23 +266,27 @@ DIGITS = ImageWorkload(
 LM = TextWorkload(
     name="lm",
     metric="loss",
-    target=2.0,
+    target=2.1,
     target_why=(
-        "2.0 nats per character on held-out text. With SGD + Nesterov momentum (the "
+        "2.1 nats per character on held-out text. With SGD + Nesterov momentum (the "
         "paper's optimizer for its Transformers) this 2-layer, width-128 model leaves the "
-        "unigram plateau (about 2.45) after 400-600 steps and reaches 2.0 in about 900 "
-        "steps at batch 32; 1.8 takes roughly twice as long, which the full protocol's "
-        "CPU budget does not allow."
+        "unigram plateau (about 2.45) after 300-500 steps and reaches 2.1 in about 600 "
+        "steps at batch 32 (about 19k fresh windows). The first quick run used 2.0: the "
+        "curve flattens there (0.03 nats per 100 steps), so evaluation noise moves the "
+        "crossing by a larger share; 2.0 took 1.5x the steps (920); 1.8 takes more "
+        "than twice as long, which the full protocol's CPU budget does not allow. The "
+        "quick run's echo/baseline ratios were 0.77 (example) and 0.95 (batch) at 2.0 "
+        "and 0.80 and 0.89 at 2.1: the move does not favour echoing."
     ),
     batch_size=32,
-    fresh_budget=64_000,
+    fresh_budget=48_000,
     evals=50,
     schedule="constant",
     clip_norm=1.0,
     lr_range=(0.02, 0.6),
     one_minus_momentum_range=(0.03, 0.3),
     variants=("example", "batch"),
-    trial_seconds=60.0,
+    trial_seconds=40.0,
 )
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (FMNIST, LM, DIGITS)}

@@ -1,0 +1,57 @@
+"""One trial: evaluation grid, stopping rules and what the record holds."""
+
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from dataecho.experiments.conditions import Condition
+from dataecho.experiments.search import HParams
+from dataecho.experiments.train import Trial, train
+from dataecho.experiments.workloads import WORKLOADS
+
+DIGITS = WORKLOADS["digits"]
+GOOD = HParams(0.1, 0.1)
+
+
+def _run(variant="baseline", factor=1, buffer=None, hp=GOOD, mode="target", prune_at=None):
+    cond = Condition.default("digits", variant, factor, 32, buffer)
+    return train(DIGITS, Trial(cond, hp, 0, mode), prune_at=prune_at)
+
+
+def test_evaluations_fall_once_per_grid_interval_even_when_a_shuffle_buffer_reads_ahead():
+    # A 50-batch window reads 800 fresh examples before the first step: two grid points.
+    record = _run("before_augmentation", 2, buffer=50, mode="budget")
+    grid = DIGITS.budget(32) / DIGITS.evals
+    indices = [math.floor(f / grid) for f in record["curve"]["fresh"]]
+    assert record["curve"]["fresh"][0] == 0
+    assert indices == sorted(set(indices))
+    assert record["fresh"] >= DIGITS.budget(32)
+
+
+def test_a_target_trial_stops_at_the_first_evaluation_reaching_the_target():
+    record = _run()
+    assert record["status"] == "reached"
+    assert record["curve"]["metric"][-1] >= DIGITS.target > max(record["curve"]["metric"][:-1])
+    assert record["crossing"]["first"] == record["curve"]["fresh"][-1]
+
+
+def test_a_trial_past_the_best_crossing_of_its_search_is_pruned_there():
+    record = _run(hp=HParams(0.01, 0.3), prune_at=1000.0)
+    assert record["status"] == "pruned" and record["crossing"] is None
+    assert 1000 <= record["fresh"] < 1000 + DIGITS.budget(32) / DIGITS.evals + 32
+
+
+def test_an_exploding_learning_rate_is_recorded_as_diverged_not_as_a_miss():
+    record = _run(hp=HParams(1e4, 0.01))
+    assert record["status"] == "diverged" and record["steps"] < 50
+
+
+def test_the_record_carries_config_pipeline_version_and_timings():
+    record = _run("batch", 2)
+    assert record["config"]["workload"]["name"] == "digits"
+    assert record["config"]["fresh_budget"] == DIGITS.budget(32)
+    assert record["pipeline"].startswith("Echo(Batch(")
+    assert record["version"] and record["cpu_seconds"] > 0 and record["steps_per_second"] > 0
