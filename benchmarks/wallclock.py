@@ -1,17 +1,22 @@
 """Wall-clock speedup of echoing on data read over a throttled link: the demo, in full.
 
 Usage: python benchmarks/wallclock.py [--ratios 2 4 6] [--factors 2 4 R auto]
-                                      [--seeds 0 1 2] [--preset default|quick|smoke]
-                                      [--budget SECONDS] [--device auto|cpu|cuda] [--tag NAME]
-                                      [--replot]
+           [--variants before_augmentation after_augmentation batch] [--seeds 0 1 2]
+           [--preset default|quick|smoke] [--budget SECONDS] [--device auto|cpu|cuda]
+           [--tag NAME] [--out DIR] [--replot]
 
-For every R the server's bandwidth is set from one start-up measurement of the training
-step; for every seed the baseline (factor 1) runs first and every other factor is
-compared with that seed's baseline. A factor of "R" means R rounded; "auto" is adaptive
-echoing. Writes benchmarks/results/wallclock[-TAG].json (every run, the configuration,
-versions), .md (mean and min-max over seeds) and .png (speedup against factor per R).
-The full grid (3 R x 5 factors x 3 seeds = 45 runs) takes hours on 2 CPU cores; pass
-fewer values for a reduced run, and say so when quoting it.
+The grid is R x factors x variants x seeds. For every (R, seed) one baseline (no echo:
+the same pipeline for all three variants) runs first, and each echoed run is compared
+with it. A factor of "R" means R rounded; "auto" is adaptive echoing at that variant's
+level. Every finished run is appended to benchmarks/results/wallclock[-TAG].jsonl,
+keyed by (R, factor, variant, seed, preset, budget): run the same command again and it
+skips what is there and continues. The step time t_down is measured once per (preset,
+device) and stored too, so a resumed grid sets the same bandwidths. After each run the
+report is rewritten from the store: wallclock[-TAG].md (mean and min-max over seeds,
+then every run), .png (speedup against realised factor, one panel per variant) and
+.json (summary plus every run with its configuration, pipeline and versions).
+The full grid (3 R x 3 variants x 10 echoed runs per seed + 3 baselines per seed,
+x 3 seeds = 99 runs) takes hours on 2 CPU cores; see docs/demo.md.
 """
 
 from __future__ import annotations
@@ -19,10 +24,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -30,175 +34,155 @@ from dataecho.demo.calibrate import calibrate
 from dataecho.demo.command import measure_t_down, one_run
 from dataecho.demo.config import PRESETS, DemoConfig
 from dataecho.demo.data import prepare
-from dataecho.demo.loader import Factor
+from dataecho.demo.grid import BASELINE, Spec, Store, plan, run_grid
+from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
 from dataecho.demo.model import pick_device
-from dataecho.demo.report import measured_ratio, peak_rss_mb, versions, write_json
+from dataecho.demo.report import measured_ratio, versions, write_json
 from dataecho.demo.train import Evaluator
+from dataecho.pipeline import VARIANTS
 from dataecho.remote import ShardServer
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def factor_of(name: str, ratio: float) -> Factor:
-    """``"R"`` -> R rounded, ``"auto"`` -> ``"auto"``, else the number."""
-    if name == "auto":
-        return "auto"
-    return float(max(1, round(ratio))) if name == "R" else float(name)
+class Bench:
+    """The real runs. Data, shard server and calibration start at the first run, so a
+    finished grid starts nothing; the server stops when the ``with`` block ends."""
+
+    def __init__(self, cfg: DemoConfig, store: Store) -> None:
+        self.cfg, self.store, self.stack = cfg, store, ExitStack()
+        self.env: dict[str, Any] | None = None
+
+    def __enter__(self) -> Bench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    def _start(self) -> dict[str, Any]:
+
+        cfg = self.cfg
+        data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
+        device, note = pick_device(cfg.device, cfg.threads)
+        print(note)
+        server = self.stack.enter_context(ShardServer(data.shard_dir, latency=cfg.latency))
+        key = json.dumps([cfg.preset, device.type])
+        saved = self.store.calibration(key)
+        if saved is not None:
+            t_down = float(saved["t_down_s"])
+            print(f"t_down = {1000 * t_down:.1f} ms, as measured when this grid began")
+        else:
+            t_down = alone = measure_t_down(cfg, data, device)
+            if cfg.calibrate_under_load:  # as the demo: time the step while the baseline streams
+                server.bandwidth = calibrate(t_down, cfg.ratio, data.bytes_per_sample,
+                                             cfg.batch_size).bandwidth
+                t_down = measure_t_down(cfg, data, device, url=server.url)
+            self.store.append({"kind": "calibration", "key": key, "t_down_s": t_down,
+                               "t_down_alone_s": alone, "device_note": note,
+                               "versions": versions()})
+        return {"data": data, "device": device, "note": note, "server": server,
+                "t_down": t_down, "versions": versions(),
+                "evaluate": Evaluator(data.eval_images, data.eval_labels, device)}
+
+    def __call__(self, spec: Spec) -> dict[str, Any]:
+
+        env = self.env = self.env or self._start()
+        cfg, data = self.cfg, env["data"]
+        cal = calibrate(env["t_down"], spec.ratio, data.bytes_per_sample, cfg.batch_size)
+        env["server"].bandwidth = cal.bandwidth
+        variant = cfg.variant if spec.variant == BASELINE else spec.variant
+        run_cfg = dataclasses.replace(cfg, ratio=spec.ratio, seed=spec.seed, variant=variant,
+                                      budget_s=cfg.budget_s or cfg.budget_steps * cal.fetch_s)
+        result = one_run(run_cfg, env["server"].url, spec.name, spec.factor, env["device"],
+                         env["evaluate"])
+        return {**result.as_dict(), "ratio_seen": measured_ratio(result),
+                "budget_s": run_cfg.budget_s, "t_down_s": env["t_down"],
+                "bandwidth_Bps": cal.bandwidth, "target": cfg.target,
+                "device": str(env["device"]), "device_note": env["note"],
+                "versions": env["versions"], "config": run_cfg.as_dict()}
 
 
-def run_grid(cfg: DemoConfig, ratios: list[float], factors: list[str], seeds: list[int],
-             save: Callable[[dict[str, Any]], None]) -> None:
-    """Every (R, seed, factor) run; ``save`` gets the rows so far after each run."""
-    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
-    device, note = pick_device(cfg.device, cfg.threads)
-    print(note)
-    rows: list[dict[str, Any]] = []
-    grid: dict[str, Any] = {"rows": rows, "device": str(device), "device_note": note}
-    with ShardServer(data.shard_dir, latency=cfg.latency) as server:
-        t_down = measure_t_down(cfg, data, device)
-        if cfg.calibrate_under_load:  # as the demo: time the step while the baseline streams
-            server.bandwidth = calibrate(t_down, ratios[0], data.bytes_per_sample,
-                                         cfg.batch_size).bandwidth
-            t_down = measure_t_down(cfg, data, device, url=server.url)
-        grid["t_down_s"] = t_down
-        evaluate = Evaluator(data.eval_images, data.eval_labels, device)
-        for ratio in ratios:
-            cal = calibrate(t_down, ratio, data.bytes_per_sample, cfg.batch_size)
-            server.bandwidth = cal.bandwidth
-            for seed in seeds:
-                budget = cfg.budget_s or cfg.budget_steps * cal.fetch_s
-                run_cfg = dataclasses.replace(cfg, ratio=ratio, seed=seed, budget_s=budget)
-                wanted = [factor_of(f, ratio) for f in ["1", *factors]]
-                unique = list(dict.fromkeys(wanted))  # "R" may equal a listed factor
-                base = None
-                for factor in unique:
-                    name = "baseline" if factor == 1.0 else f"e={factor}"
-                    print(f"\nR={ratio:g} seed={seed} {name}")
-                    result = one_run(run_cfg, server.url, name, factor, device, evaluate)
-                    base = base or result
-                    sped = result.reached and base.reached and bool(result.time_to_target)
-                    rows.append({
-                        "ratio_set": ratio, "ratio_measured": measured_ratio(base),
-                        "seed": seed, "factor": factor, **result.as_dict(),
-                        "speedup": (base.time_to_target / result.time_to_target  # type: ignore[operator]
-                                    if sped else None),
-                        "fresh_ratio": (result.fresh_to_target / base.fresh_to_target  # type: ignore[operator]
-                                        if sped else None)})
-                    grid["worker_rss_mb"] = max(r["worker_rss_mb"] or 0.0 for r in rows)
-                    save(grid)  # an interrupted grid keeps what it measured
+def report(store: Store, stem: dict[str, Path], title: str, argv: Sequence[str]) -> None:
+    """Rewrites the .md, .png and .json of ``stem`` from the store."""
+    runs = store.runs()
+    calibrations = [r for r in store.records() if r.get("kind") == "calibration"]
+    if not runs:
+        return
+    groups = summary(runs)
+    stem["md"].write_text(markdown(runs, calibrations, title))
+    plot(groups, stem["png"])
+    write_json(stem["json"], {
+        "store": store.path.name, "argv": list(argv), "summary": groups,
+        "calibrations": calibrations, "runs": with_speedups(runs),
+        "trials": max((g["trials"] for g in groups), default=0)})
 
 
-def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and min-max of speedup and fresh ratio per (R, factor), over seeds."""
-    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["ratio_set"], str(row["factor"])), []).append(row)
-    out = []
-    for (ratio, factor), group in groups.items():
-        speed = [r["speedup"] for r in group if r["speedup"] is not None]
-        fresh = [r["fresh_ratio"] for r in group if r["fresh_ratio"] is not None]
-        out.append({"ratio_set": ratio, "factor": factor, "trials": len(group),
-                    "reached": sum(r["reached"] for r in group),
-                    "ratio_measured": statistics.mean(r["ratio_measured"] for r in group),
-                    "realised_factor": statistics.mean(r["realised_factor"] for r in group),
-                    "speedup_mean": statistics.mean(speed) if speed else None,
-                    "speedup_min": min(speed, default=None),
-                    "speedup_max": max(speed, default=None),
-                    "fresh_ratio_mean": statistics.mean(fresh) if fresh else None})
-    return out
+def convert_legacy(old: Path, store: Store) -> bool:
+    """Writes the rows of a one-file result (before the store existed) into ``store``.
+
+    Those grids ran example echoing before augmentation only; their rows become run
+    records (variant ``before_augmentation``, baselines ``none``) with no run time.
+    """
+    saved = json.loads(old.read_text()) if old.exists() else {}
+    if store.path.exists() or "rows" not in saved:
+        return False
+    preset, budget = saved["config"]["preset"], saved["config"]["budget_s"]
+    store.append({"kind": "calibration", "key": json.dumps([preset, saved["device"]]),
+                  "t_down_s": saved["t_down_s"], "device_note": saved["device_note"],
+                  "versions": saved["versions"], "converted_from": old.name})
+    for row in saved["rows"]:
+        spec = Spec(row["ratio_set"], row["factor"],
+                    BASELINE if row["factor"] == 1.0 else "before_augmentation", row["seed"],
+                    preset, budget)
+        measured = row["train_s"] / (row["train_s"] - row["wait_s"])
+        store.append({**{k: v for k, v in row.items() if k not in (
+                          "ratio_set", "ratio_measured", "speedup", "fresh_ratio")},
+                      **dataclasses.asdict(spec), "name": spec.name, "ratio_seen": measured,
+                      "target": saved["target"], "device": saved["device"],
+                      "device_note": saved["device_note"], "versions": saved["versions"],
+                      "config": saved["config"], "kind": "run", "key": spec.key(),
+                      "run_wall_s": None, "converted_from": old.name})
+    return True
 
 
-def markdown(groups: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    def num(v: float | None, fmt: str) -> str:
-        return "not measured" if v is None else format(v, fmt)
-
-    lines = [f"# Wall-clock benchmark (benchmarks/wallclock.py{meta['tag']})", "",
-             f"{meta['preset']} preset: target {meta['target']:.0%}, {meta['note']}; "
-             f"t_down {1000 * meta['t_down_s']:.1f} ms; {meta['versions']['platform']}, "
-             f"torch {meta['versions']['torch']}; {meta['wall_s'] / 60:.1f} min in all.",
-             f"Arguments: `{' '.join(meta.get('argv', []))}`; one row per (R, factor), "
-             "speedups over the seeds run.", "",
-             "| R set | R measured | factor | realised e | reached | speedup mean "
-             "(min-max) | bound min(R,e) | fresh ratio |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
-    for g in groups:
-        e = g["realised_factor"]
-        spread = (f"{num(g['speedup_mean'], '.2f')}x ({num(g['speedup_min'], '.2f')}-"
-                  f"{num(g['speedup_max'], '.2f')})" if g["speedup_mean"] else "not measured")
-        lines.append(f"| {g['ratio_set']:g} | {g['ratio_measured']:.2f} | {g['factor']} | "
-                     f"{e:.2f} | {g['reached']}/{g['trials']} | {spread} | "
-                     f"{min(g['ratio_measured'], e):.2f}x | {num(g['fresh_ratio_mean'], '.2f')} |")
-    lines += ["", "Speedup: the seed's baseline time to target over the run's, only where both "
-              "reached it. Bound: min(measured R, realised factor)."]
-    return "\n".join(lines) + "\n"
-
-
-def plot(groups: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for ratio in sorted({g["ratio_set"] for g in groups}):
-        mine = [g for g in groups if g["ratio_set"] == ratio and g["speedup_mean"] is not None]
-        fixed = sorted((g["realised_factor"], g["speedup_mean"]) for g in mine
-                       if g["factor"] != "auto")
-        line = ax.plot(*zip(*fixed, strict=True), marker="o", label=f"R = {ratio:g}, fixed e")
-        for g in mine:
-            if g["factor"] == "auto":
-                ax.plot(g["realised_factor"], g["speedup_mean"], marker="*", markersize=14,
-                        color=line[0].get_color(), linestyle="",
-                        label=f"R = {ratio:g}, adaptive")
-    ax.plot([1, 6], [1, 6], color="grey", linestyle=":", label="speedup = e")
-    ax.set_xlabel("realised echo factor")
-    ax.set_ylabel("wall-clock speedup to target")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--ratios", type=float, nargs="+", default=[2.0, 4.0, 6.0])
     p.add_argument("--factors", nargs="+", default=["2", "4", "R", "auto"])
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--preset", choices=tuple(PRESETS), default="default")
+    p.add_argument("--preset", choices=("default", "quick", "smoke"), default="default")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--budget", type=float, help="training seconds per run (default: preset's)")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. 'gpu'")
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     p.add_argument("--replot", action="store_true",
-                   help="rewrite the .md and .png from the tag's .json; run nothing")
-    args = p.parse_args()
-    tag = f"-{args.tag}" if args.tag else ""
-    if args.replot:
-        saved = json.loads((RESULTS / f"wallclock{tag}.json").read_text())
-        (RESULTS / f"wallclock{tag}.md").write_text(markdown(saved["summary"], saved))
-        plot(saved["summary"], RESULTS / f"wallclock{tag}.png")
-        return
-    began = time.perf_counter()
-    budget = {"budget_s": args.budget} if args.budget else {}
-    cfg = DemoConfig(preset=args.preset, device=args.device,
-                     **{**PRESETS[args.preset], **budget})
-    RESULTS.mkdir(exist_ok=True)
-
-    def save(grid: dict[str, Any]) -> None:
-        groups = summary(grid["rows"])
-        meta = {"preset": args.preset, "target": cfg.target, "note": grid["device_note"],
-                "t_down_s": grid["t_down_s"], "versions": versions(),
-                "tag": tag and f" --tag {args.tag}", "wall_s": time.perf_counter() - began,
-                "argv": sys.argv[1:]}
-        write_json(RESULTS / f"wallclock{tag}.json", {
-            "config": cfg.as_dict(), "ratios": args.ratios, "factors": args.factors,
-            "seeds": args.seeds, **grid, "summary": groups, "rss": peak_rss_mb([]), **meta})
-        (RESULTS / f"wallclock{tag}.md").write_text(markdown(groups, meta))
-        plot(groups, RESULTS / f"wallclock{tag}.png")
-
-    run_grid(cfg, args.ratios, [f for f in args.factors if f != "1"], args.seeds, save)
-    print((RESULTS / f"wallclock{tag}.md").read_text())
-
+                   help="rewrite the .md, .png and .json from the store; run nothing")
+    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = args.out / f"wallclock{'-' + args.tag if args.tag else ''}"
+    stem = {ext: Path(f"{name}.{ext}") for ext in ("jsonl", "json", "md", "png")}
+    store = Store(stem["jsonl"])
+    if convert_legacy(stem["json"], store):
+        print(f"converted {stem['json']} into {store.path}")
+    title = f"benchmarks/wallclock.py{' --tag ' + args.tag if args.tag else ''}"
+    if not args.replot:
+        budget = {"budget_s": args.budget} if args.budget else {}
+        cfg = DemoConfig(preset=args.preset, device=args.device,
+                         **{**PRESETS[args.preset], **budget})
+        specs = plan(args.ratios, args.factors, args.variants, args.seeds,
+                     preset=args.preset, budget=args.budget)
+        try:
+            with Bench(cfg, store) as bench:
+                run_grid(specs, store, bench, after=lambda: report(store, stem, title, argv))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {len(store.done())} runs are stored in {store.path}; run "
+                  "the same command again to continue", file=sys.stderr)
+            return 130
+    report(store, stem, title, argv)
+    if stem["md"].exists():
+        print(stem["md"].read_text())
+    return 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """`dataecho demo`: end to end in seconds, and results that never overstate a speedup."""
 
+import dataclasses
 import json
 import time
 
@@ -99,3 +100,90 @@ def test_the_adaptive_run_is_skipped_with_a_message_when_it_is_not_installed(mon
     names = [name for name, _ in command.runs_of(parse_args(["--out", "x"]))]
     assert names == ["baseline", "echo e=5"]
     assert "adaptive run skipped" in capsys.readouterr().out
+
+
+def test_the_variant_flag_resolves_into_the_config_and_is_checked():
+    assert parse_args(["--variant", "batch"]).variant == "batch"
+    assert parse_args([]).variant == "before_augmentation"
+    with pytest.raises(SystemExit):
+        parse_args(["--variant", "sideways"])
+
+
+def test_an_unknown_variant_is_refused_with_the_remedy():
+    from dataecho.demo.loader import StreamDataset
+
+    with pytest.raises(ValueError, match=r"variant must be one of .* got 'sideways'; pass"):
+        StreamDataset("http://127.0.0.1:1", variant="sideways")
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    """The smoke preset's shards on an unthrottled server, the device and the evaluator."""
+    from dataecho.demo.data import prepare
+    from dataecho.demo.model import pick_device
+    from dataecho.demo.train import Evaluator
+    from dataecho.remote import ShardServer
+
+    # A generous budget: the runs stop at the target (about 2 s), so it costs nothing
+    # unless the machine is loaded, and then it keeps the test from failing.
+    cfg = dataclasses.replace(parse_args(["--smoke", "--out", "unused"]), budget_s=30.0)
+    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
+    device, _ = pick_device(cfg.device, cfg.threads)
+    with ShardServer(data.shard_dir, latency=cfg.latency) as server:
+        yield cfg, server.url, device, Evaluator(data.eval_images, data.eval_labels, device)
+
+
+HEADS = {"after_augmentation": "DataLoader(Shuffle(Echo(Map(ShardStream",
+         "batch": "EchoBatches(DataLoader(Shuffle(Map(ShardStream"}
+
+
+@pytest.mark.parametrize("variant", list(HEADS))
+def test_each_echo_variant_reaches_the_smoke_target_counting_what_it_trained_on(smoke, variant):
+    # before_augmentation runs in test_smoke_demo_writes_its_table_plot_and_json...
+    from dataecho.demo.command import one_run
+
+    cfg, url, device, evaluate = smoke
+    cfg = dataclasses.replace(cfg, variant=variant)
+    fixed = one_run(cfg, url, "echo e=2", 2.0, device, evaluate)
+    auto = one_run(cfg, url, "adaptive", "auto", device, evaluate)
+    assert fixed.pipeline.startswith(HEADS[variant])
+    for run in (fixed, auto):
+        assert run.reached and run.variant == variant
+        assert run.emitted == run.steps * cfg.batch_size  # every batch is full
+        assert 0 < run.fresh <= run.emitted
+    assert fixed.fresh < fixed.emitted
+    if variant == "batch":
+        # Whole batches repeat: the trainer's uid count is the echo stage's own count,
+        # and a fixed factor of 2 leaves at most the last batch's second copy untrained.
+        assert fixed.echo_counts == (fixed.fresh, fixed.emitted)
+        assert auto.echo_counts == (auto.fresh, auto.emitted)
+        assert 2 * fixed.fresh - fixed.emitted in (0, cfg.batch_size)
+    else:
+        assert fixed.echo_counts is None and "AdaptiveExamples(Map(ShardStream" in auto.pipeline
+
+
+def test_batch_echoing_counts_fresh_and_emitted_examples_exactly():
+    import torch
+
+    from dataecho.demo.train import train_run
+    from dataecho.torch import EchoBatches
+
+    batches = [(torch.zeros(4, 28, 28, dtype=torch.uint8), torch.zeros(4, dtype=torch.long),
+                torch.arange(4 * k, 4 * k + 4)) for k in range(10)]
+    trained = []
+
+    class Recorder:  # the training step: remembers the uids of every batch it got
+        average = None
+
+        def __call__(self, batch):
+            trained.append(batch[2].tolist())
+            return 0.0
+
+    loader = EchoBatches(batches, 1.5, seed=0)  # batches 0, 0, 1, 2, 2, 3, 3, ...
+    result = train_run(RunResult("echo", 1.5, "", "batch"), loader, Recorder(),
+                       lambda model: 0.9, target=0.5, budget_s=60.0, eval_every=7,
+                       log=lambda line: None)
+    assert result.steps == len(trained) == 7
+    assert result.fresh == len({uid for uids in trained for uid in uids}) == 16
+    assert result.emitted == 28
+    assert result.echo_counts == (result.fresh, result.emitted)

@@ -2,12 +2,15 @@
 
 Fashion-MNIST is written once into WebDataset-style tar shards of PNGs and served by a
 throttled HTTP server on loopback. A small CNN trains on it three times, side by side:
-without echoing, with example echoing before augmentation at a fixed factor near
-``R``, and with adaptive echoing. Run ``dataecho demo --help`` for the options.
+without echoing, with echoing at a fixed factor near ``R``, and with adaptive echoing;
+``--variant`` chooses where the echo stands (before augmentation, the default, after
+it, or whole batches). Run ``dataecho demo --help`` for the options.
 
 Modules: ``stream`` (the checkpointable shard reader, numpy only), ``augment``,
-``loader`` (the pipeline in DataLoader workers), ``model``, ``calibrate``, ``train``,
-``data``, ``report`` (table, figure, JSON), ``config`` and ``command`` (the CLI).
+``loader`` (the three variants' pipelines), ``model``, ``calibrate``, ``train``,
+``data``, ``report`` (table, figure, JSON), ``config`` and ``command`` (the CLI);
+``grid`` (the resumable run store of ``benchmarks/wallclock.py``) and ``gridreport``
+(its summary, table and figure), both without torch.
 """
 
 from __future__ import annotations

@@ -32,6 +32,13 @@ WHY_TARGET = ("the small CNN (weights averaged) reaches it in about 1,100 steps 
               "data, so the baseline, input-bound at R times the step time, finishes in "
               "2-4 minutes on 2 CPU cores; 90% would take about twice as long")
 
+VARIANT_NOTES = {
+    "before_augmentation": "examples, before augmentation (every copy gets its own crop and "
+                           "flip), in the worker",
+    "after_augmentation": "examples, after augmentation (identical copies), in the worker",
+    "batch": "whole batches, in the trainer's process (EchoBatches around the DataLoader)",
+}
+
 
 def main(argv: list[str]) -> int:
     """Runs the demo; returns the exit status (0 ok, 1 no data, 130 interrupted).
@@ -71,6 +78,7 @@ def run(cfg: DemoConfig) -> int:
     device, device_note = pick_device(cfg.device, cfg.threads)
     print(f"dataecho demo ({cfg.preset}): Fashion-MNIST streamed over HTTP from a throttled "
           f"server on 127.0.0.1, decoded and augmented in {cfg.num_workers} DataLoader worker(s)")
+    print(f"  echoing: {VARIANT_NOTES[cfg.variant]}")
     print(f"  {device_note}")
     print(f"  target: {cfg.target:.0%} accuracy on {cfg.eval_size:,} held-out test images "
           f"(evaluated every {cfg.eval_every} steps, clock paused); "
@@ -149,14 +157,14 @@ def measure_t_down(cfg: DemoConfig, data: DemoData, device: torch.device,
 def one_run(cfg: DemoConfig, url: str, name: str, factor: Factor, device: torch.device,
             evaluate: Evaluator) -> RunResult:
     """One training run to ``cfg.target`` on the shards served at ``url``."""
-    dataset = StreamDataset(url, factor=factor, batch_size=cfg.batch_size,
+    dataset = StreamDataset(url, factor=factor, variant=cfg.variant, batch_size=cfg.batch_size,
                             buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad)
     pipeline = describe(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
     print(f"\n{name}: {pipeline}")
     torch.manual_seed(cfg.seed)  # every run starts from the same weights
     step = Step(small_cnn(), cfg.lr, device)
     loader = make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    result = train_run(RunResult(name, factor, pipeline), loader, step, evaluate,
+    result = train_run(RunResult(name, factor, pipeline, cfg.variant), loader, step, evaluate,
                        target=cfg.target, budget_s=cfg.budget_s or math.inf,
                        eval_every=cfg.eval_every)
     verdict = (f"reached {cfg.target:.0%} in {result.time_to_target:.1f} s" if result.reached

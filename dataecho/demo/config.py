@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..pipeline import VARIANTS
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -17,6 +19,9 @@ class DemoConfig:
     ratio: float = 5.0  # R to set up: seconds to fetch a batch / seconds per training step
     factor: float | None = None  # fixed echo factor of run (b); None: round(ratio)
     adaptive: bool = True  # also run adaptive echoing (c)
+    # Where the echo stands: "before_augmentation" (the paper's best),
+    # "after_augmentation" (identical copies) or "batch" (whole batches, in the trainer).
+    variant: str = "before_augmentation"
     target: float = 0.88  # test accuracy (on the held-out subset) that ends a run
     budget_s: float | None = None  # training seconds a run may take; None: budget_steps
     budget_steps: int = 2000  # ...baseline steps at the calibrated R (it needs ~1,100)
@@ -79,6 +84,8 @@ def parse_args(argv: list[str]) -> DemoConfig:
     p.add_argument("--target", type=float, help="test accuracy that ends a run, in (0, 1)")
     p.add_argument("--budget", type=float, dest="budget_s",
                    help="training seconds per run (default: 2,000 baseline steps at R)")
+    p.add_argument("--variant", choices=VARIANTS,
+                   help="where echoing stands (default before_augmentation)")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false", default=None,
                    help="skip the adaptive run")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"))

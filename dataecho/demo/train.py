@@ -78,6 +78,7 @@ class RunResult:
     name: str
     factor: float | str  # configured: 1 (baseline), a fixed factor, or "auto"
     pipeline: str
+    variant: str = "before_augmentation"  # where the echo stands (dataecho.VARIANTS)
     reached: bool = False
     time_to_target: float | None = None
     fresh_to_target: int | None = None
@@ -90,6 +91,9 @@ class RunResult:
     eval_s: float = 0.0
     startup_s: float = 0.0  # iter(loader) to the first batch: worker spawn, first shards
     worker_rss_mb: float | None = None  # peak resident memory of the largest worker (Linux)
+    # The echo stage's own counts, where it runs in the trainer's process (batch
+    # echoing): (fresh, emitted) examples, a cross-check of the uid counts above.
+    echo_counts: tuple[int, int] | None = None
     final_accuracy: float = 0.0
     points: list[dict[str, float]] = field(default_factory=list)
 
@@ -144,6 +148,10 @@ def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Ev
     finally:
         result.worker_rss_mb = worker_peak_mb(it)
         del it  # shuts the workers down, also on Ctrl-C
+    stats = getattr(loader, "stats", None)  # EchoBatches: counted where it echoes
+    if callable(stats):
+        counts = stats()
+        result.echo_counts = (counts.fresh_examples, counts.emitted_examples)
     return result
 
 
@@ -151,17 +159,31 @@ def worker_peak_mb(it: object) -> float | None:
     """Peak RSS (``VmHWM``) of the largest DataLoader worker of ``it``, in MB, if readable.
 
     ``getrusage(RUSAGE_CHILDREN)`` cannot tell: a spawned child is charged the parent's
-    pages between its fork and its exec, so it reports about the trainer's size.
+    pages between its fork and its exec, so it reports about the trainer's size. When
+    ``it`` hides its DataLoader iterator (``EchoBatches``), every child process of this
+    one is read instead (the workers, and multiprocessing's small resource tracker).
     """
+    workers = getattr(it, "_workers", None)
+    pids = [w.pid for w in workers] if workers is not None else _children()
     peaks = []
-    for worker in getattr(it, "_workers", []):
+    for pid in pids:
         try:
-            status = Path(f"/proc/{worker.pid}/status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
         peaks += [int(line.split()[1]) / 1024 for line in status.splitlines()
                   if line.startswith("VmHWM:")]
     return max(peaks, default=None)
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for path in Path("/proc/self/task").glob("*/children"):  # per thread that spawned
+        try:
+            pids += [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            continue
+    return pids
 
 
 def _evaluate(result: RunResult, step: Step, evaluate: Evaluator, clock: float,

@@ -41,6 +41,7 @@ def _point(ax: Any, x: float, s: Spread, budget: float, color: str, label: str |
 
 
 def _finish(ax: Any, title: str, xlabel: str, path: Path) -> Path:
+    _empty_note(ax)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fresh examples to target")
@@ -52,6 +53,12 @@ def _finish(ax: Any, title: str, xlabel: str, path: Path) -> Path:
     ax.figure.savefig(path, dpi=110)
     plt.close(ax.figure)
     return path
+
+
+def _empty_note(ax: Any) -> None:
+    if not ax.lines and not ax.collections and not ax.containers:
+        ax.text(0.5, 0.5, "no condition of this figure in this run", ha="center",
+                va="center", transform=ax.transAxes, color="0.4")
 
 
 def _baseline(results: Results, batch_size: int) -> Spread | None:
@@ -182,6 +189,9 @@ def fig8_no_harm(results: Results, w: dict[str, Any], path: Path) -> Path:
     left.set_ylabel(f"best {w['metric']} within {w['fresh_budget']:,} fresh examples")
     left.set_title(f"{w['name']}: no harm at equal fresh budget (Fig. 8)", fontsize=10)
     left.grid(alpha=0.3)
+    _empty_note(left)
+    if not conds:
+        _empty_note(right)
     right.axhline(w["target"], color="k", ls=":", lw=1, label="target")
     right.set_xlabel("fresh examples")
     right.set_ylabel(w["metric"])

@@ -154,7 +154,8 @@ def f2_time(work: dict[str, tuple[Results, int]], ratios: dict[str, float]) -> F
                 speeds.append(f"{name(cond.variant)}: F(1)/F(2) = {bound:.2f}; steps to "
                               f"target {steps:.2f}x and CPU time {cpu:.2f}x the baseline's")
         r_value = ratios.get(wname, math.nan)
-        lines.append(f"**{wname}** (R = upstream/step time = {r_value:.2f}): " +
+        lines.append(f"**{wname}** (R = input-pipeline time / model time per step = "
+                     f"{r_value:.2g}): " +
                      "; ".join(speeds))
     return Finding("2", "Echoing reduces training time when the input pipeline is the "
                    "bottleneck (up to 3.25x for ResNet-50 with R about 6).",

@@ -207,14 +207,19 @@ def _upstream_ratio(trials: list[Record]) -> dict[str, float]:
 def _costs(trials: list[Record]) -> list[str]:
     lines = ["## Speed and cost", "",
              "| workload | trials | statuses | CPU time | median CPU s/trial | median wall "
-             "s/trial | steps/s (median) |", "|---|---|---|---|---|---|---|"]
+             "s/trial | steps per CPU-second, with evaluations (median) | training steps/s, "
+             "wall (median) |", "|---|---|---|---|---|---|---|---|"]
     for wname in sorted({r["workload"] for r in trials}):
         rs = [r for r in trials if r["workload"] == wname]
         statuses = Counter(r["status"] for r in rs)
         cpu = [float(r.get("cpu_seconds") or r["seconds"]) for r in rs]
+        per_cpu = statistics.median(r["steps"] / max(c, 1e-9) for r, c in zip(rs, cpu, strict=True))
         lines.append(f"| {wname} | {len(rs)} | "
                      f"{', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))} | "
                      f"{sum(cpu) / 3600:.2f} h | {statistics.median(cpu):.1f} | "
                      f"{statistics.median(r['seconds'] for r in rs):.1f} | "
+                     f"{per_cpu:.1f} | "
                      f"{statistics.median(r['steps_per_second'] for r in rs):.1f} |")
-    return [*lines, "", f"Fresh-example counts are shown as {fmt(12345.0)} = 12,345.", ""]
+    return [*lines, "", "CPU time is per process (one core, one torch thread); wall time "
+            "depends on what else the machine ran. Fresh-example counts are shown as "
+            f"{fmt(12345.0)} = 12,345.", ""]

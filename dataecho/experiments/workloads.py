@@ -6,7 +6,6 @@ so nothing but the name crosses a process boundary. Loaded data is cached per pr
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,17 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .augment import CropFlip
+from .data import Data, image_data, text_data
 from .models import CharTransformer, CNNConfig, GPTConfig, SmallCNN
-
-
-@dataclass(frozen=True)
-class Data:
-    """A workload's data in memory: training examples and the fixed evaluation set."""
-
-    train: Any  # map-style (len and indexing); indexing is the read that echoing saves
-    eval_inputs: torch.Tensor
-    eval_targets: torch.Tensor
-    num_classes: int  # classes, or the vocabulary size for a language model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +110,7 @@ class ImageWorkload(Workload):
     std: float = 0.353  # pixel standard deviation of the training set
 
     def data(self) -> Data:
-        return _image_data(self.source, self.pad, self.eval_size, self.mean, self.std)
+        return image_data(self.source, self.pad, self.eval_size, self.mean, self.std)
 
     def augment(self) -> CropFlip:
         return CropFlip(self.cnn.image_size, self.pad, self.flip)
@@ -165,7 +155,7 @@ class TextWorkload(Workload):
     eval_size: int = 256  # validation windows in the fixed evaluation subset
 
     def data(self) -> Data:
-        return _text_data(self.seq_len, self.eval_size)
+        return text_data(self.seq_len, self.eval_size)
 
     def model(self) -> nn.Module:
         config = GPTConfig(vocab_size=self.data().num_classes, block_size=self.seq_len,
@@ -184,39 +174,6 @@ class TextWorkload(Workload):
             total = sum(float(self._nll(model, data.eval_inputs[i:i + 64])) * len(
                 data.eval_inputs[i:i + 64]) for i in range(0, len(data.eval_inputs), 64))
         return total / len(data.eval_inputs)
-
-
-@functools.lru_cache(maxsize=4)
-def _image_data(source: str, pad: int, eval_size: int, mean: float, std: float) -> Data:
-    if source == "fashion_mnist":
-        from dataecho.datasets import load_fashion_mnist
-
-        x_train, y_train = load_fashion_mnist("train")
-        x_test, y_test = load_fashion_mnist("test")
-    elif source == "digits":
-        from dataecho.datasets import load_digits, split_train_test
-
-        x_train, y_train, x_test, y_test = split_train_test(*load_digits(), seed=0)
-    else:
-        raise ValueError(f"source must be 'fashion_mnist' or 'digits', got {source!r}")
-    padded = np.pad(x_train, ((0, 0), (pad, pad), (pad, pad)))
-    train = list(zip(padded, y_train.tolist(), strict=True))
-    # A fixed subset, the same for every trial, drawn once with its own seed.
-    pick = np.sort(np.random.default_rng(0).permutation(len(x_test))[:eval_size])
-    scale = 255.0 if x_test.dtype == np.uint8 else 1.0
-    inputs = ((torch.from_numpy(x_test[pick]).float() / scale - mean) / std).unsqueeze(1)
-    return Data(train, inputs, torch.from_numpy(y_test[pick]), int(y_train.max()) + 1)
-
-
-@functools.lru_cache(maxsize=2)
-def _text_data(seq_len: int, eval_size: int) -> Data:
-    from dataecho.datasets import lm_splits, load_shakespeare
-
-    splits = lm_splits(load_shakespeare(), seq_len, 0.1)
-    pick = np.sort(np.random.default_rng(0).permutation(len(splits.val))[:eval_size])
-    rows = torch.from_numpy(splits.val[pick].astype(np.int64))
-    return Data(splits.train, rows, rows, len(splits.vocab))
-
 
 
 FMNIST = ImageWorkload(

@@ -1,0 +1,168 @@
+"""The grid's results: speedups against the shared baselines, summary, table, figure.
+
+Everything is computed from the store's run records (see :mod:`dataecho.demo.grid`),
+so ``benchmarks/wallclock.py --replot`` rebuilds the report without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..pipeline import VARIANTS
+from .grid import BASELINE
+
+ORDER = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(VARIANTS)}}
+
+
+def with_speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run with its baseline's measured R, speedup and fresh ratio (None if unmeasured).
+
+    Speedup is the same (R, seed) baseline's time to target over the run's, only where
+    both reached the target.
+    """
+    base = {(r["preset"], r["budget"], r["ratio"], r["seed"]): r for r in runs
+            if r["variant"] == BASELINE}
+    out = []
+    for r in runs:
+        b = base.get((r["preset"], r["budget"], r["ratio"], r["seed"]))
+        speedup = fresh = None
+        if b is not None and b["reached"] and r["reached"] and r["time_to_target"]:
+            speedup = b["time_to_target"] / r["time_to_target"]
+            fresh = r["fresh_to_target"] / b["fresh_to_target"]
+        out.append({**r, "ratio_measured": b["ratio_seen"] if b else None,
+                    "speedup": speedup, "fresh_ratio": fresh})
+    return sorted(out, key=_order)
+
+
+def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (preset, budget, R, variant, factor): n, reached, means and min-max over seeds."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in with_speedups(runs):
+        key = (r["preset"], r["budget"], r["ratio"], r["variant"], str(r["factor"]))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (preset, budget, ratio, variant, factor), group in groups.items():
+        row: dict[str, Any] = {"preset": preset, "budget": budget, "ratio": ratio,
+                               "variant": variant, "factor": factor, "trials": len(group),
+                               "seeds": [r["seed"] for r in group],
+                               "reached": sum(bool(r["reached"]) for r in group)}
+        for name in ("ratio_measured", "realised_factor", "speedup", "fresh_ratio",
+                     "time_to_target"):
+            values = [r[name] for r in group if r[name] is not None]
+            row[f"{name}_n"] = len(values)
+            row[f"{name}_mean"] = statistics.mean(values) if values else None
+            row[f"{name}_min"] = min(values, default=None)
+            row[f"{name}_max"] = max(values, default=None)
+        out.append(row)
+    return out
+
+
+def _order(r: dict[str, Any]) -> tuple[Any, ...]:
+    f = r["factor"]
+    return (r["preset"], r["budget"] or 0.0, r["ratio"], ORDER.get(r["variant"], 9),
+            f == "auto", 0.0 if f == "auto" else float(f), r.get("seed", 0))
+
+
+def _factor(f: Any) -> str:
+    return "auto" if f == "auto" else format(float(f), "g")
+
+
+def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], title: str) -> str:
+    """The report: per (preset, budget) section, a summary over seeds, then every run."""
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    def spread(g: dict[str, Any], name: str, unit: str = "") -> str:
+        if g[f"{name}_mean"] is None:
+            return "not measured"
+        return (f"{g[f'{name}_mean']:.2f}{unit} ({g[f'{name}_min']:.2f}-"
+                f"{g[f'{name}_max']:.2f}, n={g[f'{name}_n']})")
+
+    lines = [f"# Wall-clock benchmark ({title})", ""]
+    rows, groups = with_speedups(runs), summary(runs)
+    for section in dict.fromkeys((r["preset"], r["budget"]) for r in rows):
+        mine = [r for r in rows if (r["preset"], r["budget"]) == section]
+        first = mine[0]
+        t_down = [c["t_down_s"] for c in calibrations if json.loads(c["key"])[0] == section[0]]
+        walls = [r["run_wall_s"] for r in mine if r.get("run_wall_s")]
+        budget = (f"--budget {section[1]:g} s" if section[1] is not None
+                  else "the preset's budget rule")
+        lines += [f"## {section[0]} preset, {budget}", "",
+                  f"Target {first['target']:.0%}; {first['device_note']}; t_down "
+                  f"{num(t_down[-1] * 1000 if t_down else None, '.1f')} ms; "
+                  f"{first['versions']['platform']}, torch {first['versions']['torch']}; "
+                  f"{len(mine)} runs; "
+                  + (f"{sum(walls) / 60:.1f} min of run time recorded." if walls
+                     else "run times not recorded (converted from the one-file format)."),
+                  "",
+                  "| R set | R measured | variant | factor | realised e | reached | "
+                  "speedup mean (min-max, n) | bound min(R,e) | fresh ratio mean (min-max, n) |",
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|"]
+        for g in (g for g in groups if (g["preset"], g["budget"]) == section):
+            e, r_seen = g["realised_factor_mean"], g["ratio_measured_mean"]
+            bound = min(r_seen, e) if r_seen is not None and e is not None else None
+            lines.append(f"| {g['ratio']:g} | {num(r_seen, '.2f')} | {g['variant']} | "
+                         f"{_factor(g['factor'])} | {num(e, '.2f')} | "
+                         f"{g['reached']}/{g['trials']} | "
+                         f"{spread(g, 'speedup', 'x')} | {num(bound, '.2f')}x | "
+                         f"{spread(g, 'fresh_ratio')} |")
+        lines += ["", "Every run:", "",
+                  "| R set | seed | variant | factor | reached | time to target (s) | steps | "
+                  "fresh to target | realised e | stall | speedup | fresh ratio |",
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in mine:
+            reach = "yes" if r["reached"] else f"no (best {r['final_accuracy']:.1%})"
+            lines.append(f"| {r['ratio']:g} | {r['seed']} | {r['variant']} | "
+                         f"{_factor(r['factor'])} | {reach} | "
+                         f"{num(r['time_to_target'], '.1f')} | {r['steps']:,} | "
+                         f"{num(r['fresh_to_target'], ',')} | "
+                         f"{num(r['realised_factor'], '.2f')} | "
+                         f"{num(r['stall_fraction'], '.0%')} | {num(r['speedup'], '.2f')} | "
+                         f"{num(r['fresh_ratio'], '.2f')} |")
+        lines.append("")
+    lines += ["Speedup: the same (R, seed) baseline's time to target over the run's, only "
+              "where both reached it; mean and min-max over the n such seeds. Bound: "
+              "min(measured R, realised factor). Fresh ratio: fresh examples to target over "
+              "the baseline's."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(groups: list[dict[str, Any]], path: Path) -> None:
+    """Speedup against realised factor: one panel per variant, one line per R."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    variants = [v for v in VARIANTS if any(g["variant"] == v for g in groups)] or [BASELINE]
+    fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 4), sharey=True,
+                             squeeze=False)
+    for ax, variant in zip(axes[0], variants, strict=True):
+        for ratio in sorted({g["ratio"] for g in groups}):
+            mine = [g for g in groups if g["ratio"] == ratio and g["speedup_mean"] is not None
+                    and g["variant"] in (variant, BASELINE)]
+            fixed = sorted((g["realised_factor_mean"], g["speedup_mean"], g["speedup_min"],
+                            g["speedup_max"]) for g in mine if g["factor"] != "auto")
+            if not fixed:
+                continue
+            x, y, lo, hi = zip(*fixed, strict=True)
+            line = ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo, strict=True)],
+                                           [b - a for a, b in zip(y, hi, strict=True)]],
+                               marker="o", capsize=3, label=f"R = {ratio:g}, fixed e")
+            for g in mine:
+                if g["factor"] == "auto":
+                    ax.plot(g["realised_factor_mean"], g["speedup_mean"], marker="*",
+                            markersize=14, linestyle="", color=line.lines[0].get_color(),
+                            label=f"R = {ratio:g}, auto")
+        ax.plot([1, 6], [1, 6], color="grey", linestyle=":", label="speedup = e")
+        ax.set_title(variant)
+        ax.set_xlabel("realised echo factor")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("wall-clock speedup to target (mean, min-max)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
