@@ -5,7 +5,6 @@ import functools
 import gc
 import json
 import threading
-import time
 import traceback
 
 import numpy as np
@@ -14,19 +13,9 @@ import pytest
 from dataecho import Batch, Echo
 from dataecho.adaptive import AdaptiveEcho
 from dataecho.prefetch import Prefetcher, batch_len
+from threads import prefetch_threads, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
-
-
-def prefetch_threads():
-    return [t for t in threading.enumerate() if t.name == "dataecho-prefetch" and t.is_alive()]
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 class Gated:

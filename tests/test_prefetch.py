@@ -8,19 +8,9 @@ import traceback
 import pytest
 
 from dataecho.prefetch import Prefetcher
+from threads import prefetch_threads, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
-
-
-def prefetch_threads():
-    return [t for t in threading.enumerate() if t.name == "dataecho-prefetch" and t.is_alive()]
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def test_items_arrive_in_order_then_stop_iteration():

@@ -10,7 +10,6 @@ measured in an earlier invocation serves the runs of a later one.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time
@@ -19,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .._json import finite
 from ..pipeline import VARIANTS
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
@@ -144,7 +144,7 @@ class Store:
     def append(self, record: dict[str, Any]) -> None:
         """Writes ``record`` as one line (NaN and infinity as null) and syncs it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(_finite(record)) + "\n"
+        line = json.dumps(finite(record)) + "\n"
         with self.path.open("a+b") as handle:
             if handle.tell() and _last_byte(handle) != b"\n":
                 line = "\n" + line  # after a cut line, start a new one
@@ -192,13 +192,3 @@ def _last_byte(handle: Any) -> bytes:
     handle.seek(-1, os.SEEK_END)
     last: bytes = handle.read(1)
     return last
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_finite(x) for x in v]
-    return v

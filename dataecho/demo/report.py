@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._json import finite
 from .train import RunResult
 
 
@@ -100,16 +101,7 @@ def versions() -> dict[str, str]:
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Writes ``payload`` with NaN and infinity as null, so any JSON reader accepts it."""
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [clean(x) for x in v]
-        return v
-
-    path.write_text(json.dumps(clean(payload), indent=1) + "\n")
+    path.write_text(json.dumps(finite(payload), indent=1) + "\n")
 
 
 def plot(runs: list[RunResult], target: float, path: Path, title: str) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from .._json import finite
 from .record import Record
 
 
@@ -65,7 +64,7 @@ class Store:
     def append(self, record: Record) -> None:
         """Appends one record as a single line, under an exclusive lock, and syncs it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(_finite(record), sort_keys=True, separators=(",", ":")) + "\n"
+        line = json.dumps(finite(record), sort_keys=True, separators=(",", ":")) + "\n"
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -76,14 +75,3 @@ class Store:
             os.fsync(fd)
         finally:
             os.close(fd)  # closing releases the lock
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: they become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
