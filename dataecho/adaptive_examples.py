@@ -100,6 +100,8 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                          feed=feed, clock=clock)
         self.augment = augment
         self.random = augment is not None and _takes_rng(augment)
+        # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
+        self._stream = _rng.Stream(self.seed, _TAG)
         self.drop_last = bool(drop_last)
         self.collate: Callable[[list[Any]], Any] = collate or default_collate
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
@@ -128,7 +130,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         if self.augment is None:
             return value
         if self.random:
-            return self.augment(value, _rng.rng(self.seed, _TAG, index, use))
+            return self.augment(value, self._stream.at(index * self.max_factor + use))
         return self.augment(value)
 
     def _config(self) -> dict[str, Any]:
