@@ -81,7 +81,9 @@ class EchoDataset(IterableDataset[Any]):
         self.dataset = dataset
         self.drop_remainder = drop_remainder
         self.rank, self.world_size = rank, world_size
-        self._check = pipeline(dataset, **self.kwargs)  # validates every argument now
+        # Build once to validate every argument now; keep only its repr, since the
+        # object is pickled to every worker and a Source holds a whole permutation.
+        self._repr = repr(pipeline(dataset, **self.kwargs))
         self._epoch = 0
         self._started = 0  # iterations begun by this copy of the object
         self._pipe: Stage[Any] | None = None
@@ -144,7 +146,7 @@ class EchoDataset(IterableDataset[Any]):
         return EchoStats(fresh, emitted, fresh, emitted, None)
 
     def __repr__(self) -> str:
-        return f"EchoDataset({self._check!r})"
+        return f"EchoDataset({self._repr})"
 
 
 def _worker_slot() -> int:
