@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import dataecho
-from dataecho import Batch, Echo, Shuffle
+from dataecho import Batch, Echo, Map, Shuffle
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -98,6 +98,8 @@ def main() -> None:
         "Shuffle buffer 1000": lambda: Shuffle(items, 1000),
         "Shuffle buffer 10000 after Echo factor 2": lambda: Shuffle(Echo(items, 2), 10_000),
         "Batch 128 (collate=list)": lambda: Batch(items, 128, collate=list),
+        "Map with a generator per item (fn(item, rng))": lambda: Map(
+            items, lambda x, rng: x, seed=0),
     }
     rows = {}
     for name, make in cases.items():
