@@ -14,7 +14,7 @@ from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
 from .adaptive_examples import AdaptiveExamples
 from .batch import Batch, collate
 from .echo import Echo
-from .iterable import IterableSource, StatefulSource, as_stage
+from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
 from .profiler import Profile, profile
@@ -39,6 +39,7 @@ __all__ = [
     "LoopTiming",
     "Map",
     "Monitor",
+    "NodeSource",
     "Profile",
     "Shuffle",
     "Source",

@@ -2,8 +2,9 @@
 
 Stages accept plain iterables (lists, generators, DataLoaders) as their upstream. An
 object with its own ``state_dict``/``load_state_dict`` (a torchdata
-``StatefulDataLoader``, a torchdata node, another library's stateful iterator) keeps
-its own checkpoint; anything else is restored by re-iterating it and skipping what was
+``StatefulDataLoader`` or ``nodes.Loader``, another library's stateful iterator) or a
+``torchdata.nodes`` node (``state_dict``/``reset(state)``) keeps its own checkpoint;
+anything else is restored by re-iterating it and skipping what was
 already consumed, which is exact for deterministic iterables.
 """
 
@@ -124,6 +125,72 @@ class StatefulSource(Stage[T]):
         return f"<{type(self.iterable).__name__}>"
 
 
+class NodeSource(Stage[T]):
+    """Reads a ``torchdata.nodes`` node; its own checkpoint travels in ours.
+
+    A node checkpoints with ``state_dict()`` and restores with ``reset(state)``, not
+    ``load_state_dict``, so it gets its own adapter. Duck-typed: the core never
+    imports torch.
+
+    Args:
+        node: an object with ``reset(initial_state)``, ``state_dict()`` and
+            ``__next__``, like ``torchdata.nodes.BaseNode``.
+
+    Example:
+        >>> class Count:  # the node protocol, without torch
+        ...     def reset(self, initial_state=None):
+        ...         self.n = (initial_state or {"n": 0})["n"]
+        ...     def get_state(self): return {"n": self.n}
+        ...     def state_dict(self): return self.get_state()
+        ...     def __iter__(self): return self
+        ...     def __next__(self):
+        ...         self.n += 1
+        ...         return self.n
+        >>> node = Count(); node.reset()
+        >>> stage = NodeSource(node)
+        >>> next(stage), stage.state_dict()["node"]
+        (1, {'n': 1})
+    """
+
+    def __init__(self, node: Any) -> None:
+        if not is_node(node):
+            raise TypeError(
+                f"node must have reset(initial_state), get_state() and state_dict() like a "
+                f"torchdata.nodes.BaseNode, got {type(node).__name__}; wrap other iterables "
+                "with as_stage()")
+        self.node: Any = node
+        self.items_read = 0
+
+    def __next__(self) -> T:
+        item = next(self.node)
+        self.items_read += 1
+        return item  # type: ignore[no-any-return]
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+    def _get_state(self) -> State:
+        return {"node": self.node.state_dict(), "read": self.items_read}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.node.reset(state["node"])
+        self.items_read = int(state["read"])
+
+    def __repr__(self) -> str:
+        return f"<{type(self.node).__name__}>"
+
+
+def is_node(obj: object) -> bool:
+    """Whether ``obj`` follows the ``torchdata.nodes`` protocol (reset/get_state).
+
+    Example:
+        >>> is_node([1, 2])
+        False
+    """
+    return all(callable(getattr(obj, name, None))
+               for name in ("reset", "get_state", "state_dict", "__next__"))
+
+
 def as_stage(upstream: object, name: str = "upstream") -> Stage[Any]:
     """Returns ``upstream`` as a :class:`Stage`, wrapping plain iterables.
 
@@ -134,6 +201,8 @@ def as_stage(upstream: object, name: str = "upstream") -> Stage[Any]:
     if isinstance(upstream, Stage):
         return upstream
     check_iterable(upstream, name)
+    if is_node(upstream):
+        return NodeSource(upstream)
     if callable(getattr(upstream, "state_dict", None)) and callable(
         getattr(upstream, "load_state_dict", None)
     ):
