@@ -165,6 +165,36 @@ def total_copies(factor: float, seed: int, n: int) -> int:
     return total
 
 
+def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:
+    """Copies an ``Echo(..., factor, seed=seed)`` makes of the items at ``indices``.
+
+    The same per-item draws as the stage, looked up by position, so code that echoes
+    items out of order (a distributed engine's workers, each with some rows) makes
+    exactly the copies the stage would.
+
+    Example:
+        >>> from itertools import groupby
+        >>> copies_at(1.5, 0, np.arange(6)).tolist() == [
+        ...     len(list(g)) for _, g in groupby(Echo(range(6), 1.5, seed=0))]
+        True
+    """
+    factor = check_factor(factor)
+    base, frac = math.floor(factor), factor - math.floor(factor)
+    indices = np.asarray(indices)
+    if not np.issubdtype(indices.dtype, np.integer) or (indices.size and indices.min() < 0):
+        raise ValueError(
+            f"indices must be non-negative integers (item positions), got dtype "
+            f"{indices.dtype} with minimum {indices.min() if indices.size else None}; "
+            "pass row numbers such as ray.data.range's 'id'")
+    out = np.full(indices.shape, base, dtype=np.int64)
+    if frac:
+        blocks, offsets = np.divmod(indices.astype(np.int64), _BLOCK)
+        for block in np.unique(blocks).tolist():
+            mask = blocks == block
+            out[mask] = _copies_block(base, frac, seed, block)[offsets[mask]]
+    return out
+
+
 def _find_batcher(stage: Stage[Any] | None) -> Any:
     """The nearest batching stage upstream, or None (then each item is one example)."""
     while stage is not None:
