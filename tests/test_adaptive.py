@@ -127,7 +127,8 @@ def test_restore_into_other_parameters_fails_loudly():
 def test_composes_with_core_stages_and_repr_shows_parameters():
     stage = Echo(AdaptiveEcho(Batch(range(8), 4), max_factor=1), 2)
     assert repr(stage) == ("Echo(AdaptiveEcho(Batch(<range>, batch_size=4, drop_last=False), "
-                           "max_factor=1, min_fresh=1, prefetch=2), factor=2.0, seed=0)")
+                           "max_factor=1, min_fresh=1, prefetch=2, buffer_size=4, seed=0), "
+                           "factor=2.0, seed=0)")
     assert len(list(stage)) == 4 and stage.stats().fresh_examples == 8
     stage.close()
 

@@ -90,6 +90,22 @@ def test_example_level_factor_tracks_ratio_and_never_repeats_an_example_in_a_bat
     assert max(counts.values()) <= MAX and len(counts) == 800
 
 
+@pytest.mark.parametrize(("burst", "buffer_size", "lowest"), [
+    (4, None, 3.9),  # a DataLoader's workers finishing together: the default buffer copes
+    (10, 16, 3.9),  # a windowed shuffle's window of 10 batches at once needs a larger one
+])
+def test_bursty_upstream_spends_the_budget_with_a_buffer_larger_than_a_burst(
+        burst, buffer_size, lowest):
+    def period(k):  # R = 6 on average, ``burst`` items at a time
+        return 6.0 * burst if k % burst == 0 else 0.0
+
+    extra = {} if buffer_size is None else {"buffer_size": buffer_size}
+    stage, _ = simulate(period, n=600, depth=12, **extra)
+    assert stage.stats().realised_factor > lowest
+    latest_only, _ = simulate(period, n=600, depth=12, buffer_size=1)
+    assert latest_only.stats().realised_factor < 2  # the paper's "repeat the latest"
+
+
 def test_plan_prefers_fresh_then_echoes_then_waits():
     assert plan(1, ready=1, capacity=1, ended=False) == Plan(1)
     assert plan(1, ready=0, capacity=1, ended=False) == Plan(0, echoes=1)

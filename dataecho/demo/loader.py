@@ -132,8 +132,22 @@ def make_loader(dataset: StreamDataset, *, batch_size: int, num_workers: int = 1
         num_workers=num_workers, prefetch_factor=ahead,
         multiprocessing_context="spawn" if num_workers else None, persistent_workers=False)
     if dataset.echoes_batches:
-        return EchoBatches(loader, dataset.factor, seed=derive_seed(dataset.seed, 1))
+        return EchoBatches(loader, dataset.factor, seed=derive_seed(dataset.seed, 1),
+                           buffer_size=echo_buffer(dataset, batch_size))
     return loader
+
+
+def echo_buffer(dataset: StreamDataset, batch_size: int) -> int:
+    """Batches adaptive batch echoing draws from: two shuffle windows, at least 4.
+
+    The windowed shuffle delivers a window of batches at once; with fewer batches kept,
+    most of a burst's batches would never get their echoes.
+
+    Example:
+        >>> echo_buffer(StreamDataset("http://x", buffer_size=1280), 128)
+        20
+    """
+    return max(4, 2 * max(1, dataset.buffer_size // batch_size))
 
 
 def describe(dataset: StreamDataset, *, batch_size: int, num_workers: int) -> str:
@@ -146,6 +160,8 @@ def describe(dataset: StreamDataset, *, batch_size: int, num_workers: int) -> st
     size = None if dataset.batches_itself else batch_size
     loader = f"DataLoader({head}, batch_size={size}, num_workers={num_workers})"
     if dataset.echoes_batches:
+        buffer = (f", buffer_size={echo_buffer(dataset, batch_size)}"
+                  if dataset.factor == "auto" else "")
         return (f"EchoBatches({loader}, factor={dataset.factor!r}, "
-                f"seed={derive_seed(dataset.seed, 1)})")
+                f"seed={derive_seed(dataset.seed, 1)}{buffer})")
     return loader

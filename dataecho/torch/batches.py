@@ -9,7 +9,7 @@ import torch
 
 from .._checks import check_factor, check_iterable, check_seed
 from .._rng import derive_seed
-from ..adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
+from ..adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo, total_copies
 from ..iterable import as_stage
 from ..stage import Stage, State
@@ -41,6 +41,9 @@ class EchoBatches:
         loader: any iterable of batches, re-iterable once per epoch.
         factor: echo factor >= 1, fractional allowed, or ``"auto"``.
         max_factor: cap on uses per fresh batch with ``factor="auto"``.
+        buffer_size: with ``factor="auto"``, recent batches echoes are drawn from
+            (default: :class:`dataecho.AdaptiveEcho`'s); make it exceed the bursts your
+            loader delivers in, e.g. a windowed shuffle's window in batches.
         agree: with ``factor="auto"`` under DDP, a
             ``dataecho.torch_distributed.RankAgreement()`` so ranks take equal steps.
         seed: seed of the fractional draws (each epoch derives its own).
@@ -65,6 +68,7 @@ class EchoBatches:
         factor: float | str,
         *,
         max_factor: int = DEFAULT_MAX_FACTOR,
+        buffer_size: int | None = None,
         agree: Any = None,
         seed: int = 0,
         clone: bool = False,
@@ -75,6 +79,7 @@ class EchoBatches:
         self.auto = factor == "auto"
         self.factor = 1.0 if self.auto else check_factor(factor)
         self.max_factor, self.agree = max_factor, agree
+        self.buffer_size = buffer_size
         self.seed = check_seed(seed)
         self.clone, self.check_inplace = bool(clone), bool(check_inplace)
         self.size = size or batch_size_of
@@ -108,7 +113,8 @@ class EchoBatches:
         upstream = as_stage(self.loader)
         if self.auto:
             return AdaptiveEcho(upstream, max_factor=self.max_factor, seed=self._epoch_seed(),
-                                size=self.size, agree=self.agree)
+                                size=self.size, agree=self.agree,
+                                buffer_size=self.buffer_size or DEFAULT_BUFFER)
         return Echo(upstream, self.factor, seed=self._epoch_seed(), size=self.size)
 
     def __iter__(self) -> Iterator[Any]:
