@@ -36,14 +36,21 @@ class IterableSource(Stage[T]):
     def __init__(self, iterable: Iterable[T]) -> None:
         self.iterable = check_iterable(iterable)
         self._it: Iterator[T] | None = None
+        self._closed = False
         self.items_read = 0
 
     def __next__(self) -> T:
         if self._it is None:
+            if self._closed:
+                raise StopIteration
             self._it = iter(self.iterable)
         item = next(self._it)
         self.items_read += 1
         return item
+
+    def close(self) -> None:
+        """Drops the iterator, so a DataLoader's workers shut down now, not at GC."""
+        self._it, self._closed = None, True
 
     def _config(self) -> dict[str, Any]:
         return {}
@@ -73,7 +80,7 @@ class IterableSource(Stage[T]):
                 f"cannot restore: the checkpoint consumed {consumed} items but the upstream "
                 f"now has only {skipped}; pass the same data the checkpoint was taken on"
             )
-        self._it, self.items_read = it, consumed
+        self._it, self.items_read, self._closed = it, consumed, False
 
     def _repr_args(self) -> dict[str, Any]:
         return {}
@@ -102,14 +109,21 @@ class StatefulSource(Stage[T]):
     def __init__(self, iterable: Any) -> None:
         self.iterable: Any = check_iterable(iterable)
         self._it: Iterator[T] | None = None
+        self._closed = False
         self.items_read = 0
 
     def __next__(self) -> T:
         if self._it is None:
+            if self._closed:
+                raise StopIteration
             self._it = iter(self.iterable)
         item = next(self._it)
         self.items_read += 1
         return item
+
+    def close(self) -> None:
+        """Drops the iterator, so a loader's workers shut down now, not at GC."""
+        self._it, self._closed = None, True
 
     def _config(self) -> dict[str, Any]:
         return {}
@@ -119,7 +133,7 @@ class StatefulSource(Stage[T]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.iterable.load_state_dict(state["upstream"])
-        self._it, self.items_read = None, int(state["read"])
+        self._it, self.items_read, self._closed = None, int(state["read"]), False
 
     def __repr__(self) -> str:
         return f"<{type(self.iterable).__name__}>"

@@ -153,6 +153,30 @@ def test_auto_factor_echoes_while_the_loader_is_late_and_stops_its_thread(no_thr
     assert 1.0 < s.realised_factor <= 3.0
 
 
+class Endless(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        i = 0
+        while True:
+            yield torch.full((2,), float(i))
+            i += 1
+
+
+@pytest.mark.parametrize("factor", [2, "auto"])
+def test_leaving_an_epoch_early_shuts_the_loader_workers_down_at_once(factor, no_thread_leak):
+    # Not at garbage collection, which may run while another thread still reads the
+    # loader (the demo once saw a worker abort that way).
+    import multiprocessing
+
+    echoed = EchoBatches(DataLoader(Endless(), batch_size=4, num_workers=1), factor)
+    it = iter(echoed)
+    for _ in range(10):
+        next(it)
+    assert multiprocessing.active_children()
+    it.close()  # what a break or an exception does to the for loop's iterator
+    assert not multiprocessing.active_children()
+    assert echoed.stats().emitted_items == 10
+
+
 def test_auto_factor_has_no_len_and_says_why():
     with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor='auto' is unknown"):
         len(EchoBatches(loader(), "auto"))
