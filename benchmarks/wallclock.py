@@ -1,11 +1,12 @@
 """Wall-clock speedup of echoing on data read over a throttled link: the demo, in full.
 
-Usage: python benchmarks/wallclock.py [--ratios 2 4 6] [--factors 2 4 R auto]
+Usage: python benchmarks/wallclock.py [--ratios 6 4 2] [--factors 2 4 R auto]
            [--variants before_augmentation after_augmentation batch] [--seeds 0 1 2]
            [--preset default|quick|smoke] [--budget SECONDS] [--device auto|cpu|cuda]
            [--tag NAME] [--out DIR] [--replot]
 
-The grid is R x factors x variants x seeds. For every (R, seed) one baseline (no echo:
+The grid is seeds x R x variants x factors, in that order (a grid stopped part-way has
+every condition once before any twice). For every (R, seed) one baseline (no echo:
 the same pipeline for all three variants) runs first, and each echoed run is compared
 with it. A factor of "R" means R rounded; "auto" is adaptive echoing at that variant's
 level. Every finished run is appended to benchmarks/results/wallclock[-TAG].jsonl,
@@ -147,7 +148,7 @@ def convert_legacy(old: Path, store: Store) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--ratios", type=float, nargs="+", default=[2.0, 4.0, 6.0])
+    p.add_argument("--ratios", type=float, nargs="+", default=[6.0, 4.0, 2.0])
     p.add_argument("--factors", nargs="+", default=["2", "4", "R", "auto"])
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

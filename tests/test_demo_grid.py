@@ -38,7 +38,7 @@ class Recorder:
 def test_the_plan_has_one_shared_baseline_per_ratio_and_seed_and_no_duplicate_factors():
     specs = plan([2, 6], ["2", "4", "R", "auto"], VARIANTS, [0, 1], preset="quick", budget=None)
     baselines = [(s.ratio, s.seed) for s in specs if s.variant == BASELINE]
-    assert baselines == [(2.0, 0), (2.0, 1), (6.0, 0), (6.0, 1)]
+    assert baselines == [(2.0, 0), (6.0, 0), (2.0, 1), (6.0, 1)]  # seeds outermost
     # R = 2 resolves to 2, already listed: 3 factors at R = 2, 4 at R = 6, per variant.
     assert len(specs) == 4 + 2 * 3 * 3 + 2 * 3 * 4
     assert len({s.key() for s in specs}) == len(specs)

@@ -71,7 +71,9 @@ def factor_of(name: str, ratio: float) -> Factor:
 
 def plan(ratios: Iterable[float], factors: Iterable[str], variants: Iterable[str],
          seeds: Iterable[int], *, preset: str, budget: float | None) -> list[Spec]:
-    """Every run, in order: per R and seed, one baseline, then each variant's factors.
+    """Every run, in order: per seed and R, one baseline, then each variant's factors.
+
+    Seeds come outermost, so a grid stopped part-way has every condition at least once.
 
     The baseline (no echo) is the same pipeline for all three variants, so it runs once
     per (R, seed). A factor that resolves to another one (``R`` = 4 next to ``4``) or
@@ -87,9 +89,11 @@ def plan(ratios: Iterable[float], factors: Iterable[str], variants: Iterable[str
         if variant not in VARIANTS:
             raise ValueError(f"variants must be among {', '.join(VARIANTS)}, got {variant!r}")
     specs = []
-    for ratio in ratios:
-        wanted = [f for f in dict.fromkeys(factor_of(n, ratio) for n in factors) if f != 1.0]
-        for seed in seeds:
+    factors = list(factors)
+    for seed in seeds:
+        for ratio in ratios:
+            wanted = [f for f in dict.fromkeys(factor_of(n, ratio) for n in factors)
+                      if f != 1.0]
             specs.append(Spec(float(ratio), 1.0, BASELINE, seed, preset, budget))
             specs += [Spec(float(ratio), factor, variant, seed, preset, budget)
                       for variant in variants for factor in wanted]
