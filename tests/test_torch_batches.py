@@ -177,6 +177,19 @@ def test_leaving_an_epoch_early_shuts_the_loader_workers_down_at_once(factor, no
     assert echoed.stats().emitted_items == 10
 
 
+def test_auto_factor_takes_the_echo_buffer_size(no_thread_leak):
+    echoed = EchoBatches(loader(), "auto", buffer_size=7)
+    it = iter(echoed)
+    next(it)
+    assert echoed.state_dict()["echo"]["config"]["buffer_size"] == 7
+    it.close()
+    default = EchoBatches(loader(), "auto")
+    it = iter(default)
+    next(it)
+    assert default.state_dict()["echo"]["config"]["buffer_size"] == 4
+    it.close()
+
+
 def test_auto_factor_has_no_len_and_says_why():
     with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor='auto' is unknown"):
         len(EchoBatches(loader(), "auto"))
