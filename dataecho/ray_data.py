@@ -215,4 +215,7 @@ def _unit(seed: int, key: Any) -> float:
 
 
 def _to_numpy(column: Any) -> Any:
-    return column.numpy() if hasattr(column, "numpy") and hasattr(column, "detach") else column
+    # A tensor, possibly on the GPU (iter_torch_batches(device="cuda")): one small copy.
+    if hasattr(column, "detach") and hasattr(column, "cpu"):
+        return column.detach().cpu().numpy()
+    return column
