@@ -10,7 +10,7 @@ already consumed, which is exact for deterministic iterables.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -20,21 +20,11 @@ from .stage import Stage, State
 T = TypeVar("T")
 
 
-class IterableSource(Stage[T]):
-    """Reads a plain iterable; restores by re-iterating and skipping consumed items.
+class _Reader(Stage[T]):
+    """What both iterable sources share: lazy ``iter()``, counting, release on close."""
 
-    Args:
-        iterable: anything ``iter()`` accepts. Restoring into a new pipeline needs a
-            re-iterable (a list, a DataLoader) or a fresh, identical iterator.
-
-    Example:
-        >>> stage = IterableSource([1, 2, 3])
-        >>> next(stage), stage.state_dict()["consumed"]
-        (1, 1)
-    """
-
-    def __init__(self, iterable: Iterable[T]) -> None:
-        self.iterable = check_iterable(iterable)
+    def __init__(self, iterable: Any) -> None:
+        self.iterable: Any = check_iterable(iterable)
         self._it: Iterator[T] | None = None
         self._closed = False
         self.items_read = 0
@@ -54,6 +44,23 @@ class IterableSource(Stage[T]):
 
     def _config(self) -> dict[str, Any]:
         return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self.iterable).__name__}>"
+
+
+class IterableSource(_Reader[T]):
+    """Reads a plain iterable; restores by re-iterating and skipping consumed items.
+
+    Args:
+        iterable: anything ``iter()`` accepts. Restoring into a new pipeline needs a
+            re-iterable (a list, a DataLoader) or a fresh, identical iterator.
+
+    Example:
+        >>> stage = IterableSource([1, 2, 3])
+        >>> next(stage), stage.state_dict()["consumed"]
+        (1, 1)
+    """
 
     def _get_state(self) -> State:
         return {"consumed": self.items_read}
@@ -82,14 +89,8 @@ class IterableSource(Stage[T]):
             )
         self._it, self.items_read, self._closed = it, consumed, False
 
-    def _repr_args(self) -> dict[str, Any]:
-        return {}
 
-    def __repr__(self) -> str:
-        return f"<{type(self.iterable).__name__}>"
-
-
-class StatefulSource(Stage[T]):
+class StatefulSource(_Reader[T]):
     """Reads an iterable that checkpoints itself (``state_dict``/``load_state_dict``).
 
     Example:
@@ -106,37 +107,12 @@ class StatefulSource(Stage[T]):
         (1, {'n': 1})
     """
 
-    def __init__(self, iterable: Any) -> None:
-        self.iterable: Any = check_iterable(iterable)
-        self._it: Iterator[T] | None = None
-        self._closed = False
-        self.items_read = 0
-
-    def __next__(self) -> T:
-        if self._it is None:
-            if self._closed:
-                raise StopIteration
-            self._it = iter(self.iterable)
-        item = next(self._it)
-        self.items_read += 1
-        return item
-
-    def close(self) -> None:
-        """Drops the iterator, so a loader's workers shut down now, not at GC."""
-        self._it, self._closed = None, True
-
-    def _config(self) -> dict[str, Any]:
-        return {}
-
     def _get_state(self) -> State:
         return {"upstream": self.iterable.state_dict(), "read": self.items_read}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.iterable.load_state_dict(state["upstream"])
         self._it, self.items_read, self._closed = None, int(state["read"]), False
-
-    def __repr__(self) -> str:
-        return f"<{type(self.iterable).__name__}>"
 
 
 class NodeSource(Stage[T]):
