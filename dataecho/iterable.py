@@ -197,4 +197,4 @@ def as_stage(upstream: object, name: str = "upstream") -> Stage[Any]:
         getattr(upstream, "load_state_dict", None)
     ):
         return StatefulSource(upstream)
-    return IterableSource(upstream)  # type: ignore[arg-type]
+    return IterableSource(upstream)
