@@ -66,8 +66,9 @@ class AdaptiveEcho(Stage[T]):
             DataLoader's workers finish batches together, a windowed shuffle emits a
             window at once), and with the latest item only, a burst's other items never
             get their echoes: simulated at ``R = 6`` with bursts of 4 items, buffers of
-            1 and 4 realised 1.75 and 4.0 (bursts of 10 need about 16: 1.3, 2.2, 3.99
-            with 1, 4, 16). Memory: that many items kept alive.
+            1 and 4 realised 1.75 and 3.99 of the cap of 4 (bursts of 10 need about 16:
+            1.30, 2.19, 3.98 with 1, 4, 16; ``benchmarks/results/bursts.md``). Memory:
+            that many items kept alive.
         prefetch: fresh items the thread reads ahead.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.

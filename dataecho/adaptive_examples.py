@@ -53,9 +53,9 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         buffer_size: recent examples echoes are drawn from; default 8 batches. Examples
             pushed out before they spent their budget are echoes lost, and upstreams
             deliver in bursts (a shard, a file of records): simulated at ``R = 6`` with
-            a batch of 128 and bursts of 500 examples, a 4-batch buffer realised 3.81
-            of the cap of 4, an 8-batch one 3.97 (2.42 and 3.90 with bursts of 1,000).
-            Memory: 8 batches of decoded examples.
+            a batch of 128 and bursts of 500 examples, a 4-batch buffer realised 3.78
+            of the cap of 4, an 8-batch one 3.97 (2.42 and 3.94 with bursts of 1,000;
+            ``benchmarks/results/bursts.md``). Memory: 8 batches of decoded examples.
         prefetch: examples read ahead; default 2 batches.
         drop_last: drop a final partial batch.
         collate: list of examples -> batch; default :func:`dataecho.collate` (numpy).

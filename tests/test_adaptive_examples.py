@@ -81,7 +81,7 @@ def test_copies_of_an_example_land_in_different_batches_spread_apart():
 def test_bursty_upstream_still_spends_the_echo_budget(burst):
     # A shard of 500 examples arriving at once pushes examples through the buffer; the
     # default buffer (8 batches) keeps them until their budget is spent. A 4-batch
-    # buffer realised 3.81 here.
+    # buffer realised 3.78 here (benchmarks/results/bursts.md).
     batch, ratio = 128, 6.0
     clock = SimClock()
 
