@@ -48,3 +48,25 @@ def test_report_command_rewrites_the_report_from_the_store(smoke, tmp_path):
 def test_report_command_on_a_missing_store_explains_and_fails(tmp_path, capsys):
     assert report_main(["--store", str(tmp_path / "nope.jsonl")]) == 2
     assert "dataecho reproduce" in capsys.readouterr().err
+
+
+def test_report_judges_finding_2_on_a_wall_clock_summary(smoke, tmp_path):
+    from test_experiments_wallclock import runs, write
+
+    path = write(tmp_path, runs([2.5, 3.0, 3.8]))
+    store = str(smoke[0] / "results.jsonl")
+    assert report_main(["--store", store, "--out", str(tmp_path), "--wallclock", str(path)]) == 0
+    row = next(line for line in (tmp_path / "README.md").read_text().splitlines()
+               if line.startswith("| 2 | "))
+    assert "wall clock, R = 6" in row and row.endswith("| **held** |")
+    assert report_main(["--store", store, "--out", str(tmp_path), "--wallclock", "none"]) == 0
+    assert "| 2 | " in (tmp_path / "README.md").read_text()
+
+
+def test_an_explicit_wall_clock_path_must_exist(smoke, tmp_path, capsys):
+    store = str(smoke[0] / "results.jsonl")
+    assert report_main(["--store", store, "--wallclock", str(tmp_path / "nope.json")]) == 2
+    assert "--wallclock" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # before hours of training, not after
+        reproduce_main(["--budget", "smoke", "--out", str(tmp_path),
+                        "--wallclock", str(tmp_path / "nope.json")])

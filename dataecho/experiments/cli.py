@@ -15,6 +15,7 @@ from pathlib import Path
 from .protocol import BUDGETS, plan
 from .report import write_report
 from .sweep import run
+from .wallclock import DEFAULT as WALLCLOCK
 
 STORE = "results.jsonl"
 
@@ -42,9 +43,14 @@ def reproduce_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1,
                         help="parallel trial processes, one core each (default 1)")
     parser.add_argument("--verbose", action="store_true", help="print every evaluation")
+    _wallclock_option(parser)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        wallclock = _wallclock(args.wallclock)  # checked before hours of training
+    except FileNotFoundError as error:
+        parser.error(str(error))
     out = args.out or Path("reports") / args.budget
     store = args.store or out / STORE
     names = ["digits"] if args.budget == "smoke" else (
@@ -59,7 +65,7 @@ def reproduce_main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ImportError) as error:
         print(f"dataecho reproduce: missing data or dependency: {error}", file=sys.stderr)
         return 2
-    path = write_report(store, out)
+    path = write_report(store, out, wallclock)
     print(f"[reproduce] {ran} new trial(s) in {time.monotonic() - start:.0f} s; "
           f"store {store}; report {path}", file=sys.stderr)
     return 0
@@ -72,13 +78,40 @@ def report_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, required=True, help="a results.jsonl store")
     parser.add_argument("--out", type=Path, default=None,
                         help="report directory (default: the store's directory)")
+    _wallclock_option(parser)
     args = parser.parse_args(argv)
     if not args.store.is_file():
         print(f"dataecho report: no store at {args.store}; run `dataecho reproduce` first "
               "or pass --store PATH", file=sys.stderr)
         return 2
-    print(write_report(args.store, args.out or args.store.parent))
+    try:
+        wallclock = _wallclock(args.wallclock)
+    except FileNotFoundError as error:
+        print(f"dataecho report: {error}", file=sys.stderr)
+        return 2
+    print(write_report(args.store, args.out or args.store.parent, wallclock))
     return 0
+
+
+def _wallclock_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wallclock", default="auto",
+        help="summary of benchmarks/wallclock.py whose input-bound speedups judge finding "
+             f"2 (default 'auto': {WALLCLOCK} if it exists; 'none' to leave it out)")
+
+
+def _wallclock(value: str) -> Path | None:
+    """The wall-clock summary to use: an explicit path must exist; 'auto' may be absent."""
+    if value == "none":
+        return None
+    if value == "auto":
+        return WALLCLOCK if WALLCLOCK.is_file() else None
+    path = Path(value)
+    if not path.is_file():
+        raise FileNotFoundError(f"--wallclock {value}: no such file; pass the .json summary "
+                                f"of benchmarks/wallclock.py (e.g. {WALLCLOCK}), 'auto' or "
+                                "'none'")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
