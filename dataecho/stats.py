@@ -58,6 +58,35 @@ class EchoStats:
                 f"(factor {self.realised_factor:.3f})")
 
 
+#: (fresh_examples, emitted_examples, fresh_items, emitted_items), as echo stages count.
+Counts = tuple[int, int, int, int]
+
+
+def add_counts(a: Counts, b: Counts) -> Counts:
+    """Element-wise sum: totals of finished epochs plus the current epoch's counts.
+
+    Wrappers that build a new echo stage every epoch (``EchoBatches``, ``EchoNode``)
+    keep the finished epochs' totals and add the live stage's counts to them.
+
+    Example:
+        >>> add_counts((1, 2, 1, 2), (3, 6, 3, 6))
+        (4, 8, 4, 8)
+    """
+    f_ex, e_ex, f_it, e_it = (x + y for x, y in zip(a, b, strict=True))
+    return (f_ex, e_ex, f_it, e_it)
+
+
+def as_counts(values: Any) -> Counts:
+    """The four counts from a checkpoint's list, as ints.
+
+    Example:
+        >>> as_counts([4, 8, 4, 8])
+        (4, 8, 4, 8)
+    """
+    f_ex, e_ex, f_it, e_it = (int(v) for v in values)
+    return (f_ex, e_ex, f_it, e_it)
+
+
 @runtime_checkable
 class Counting(Protocol):
     """A stage that reads fresh items and emits copies (an echo stage)."""

@@ -13,7 +13,7 @@ from ..adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo, total_copies
 from ..iterable import as_stage
 from ..stage import Stage, State
-from ..stats import Counting, EchoStats
+from ..stats import Counting, Counts, EchoStats, add_counts, as_counts
 
 
 class EchoBatches:
@@ -86,7 +86,7 @@ class EchoBatches:
         self.epoch = 0
         self._echo: Stage[Any] | None = None
         self._pending: Mapping[str, Any] | None = None
-        self._done = (0, 0, 0, 0)  # counts of finished epochs
+        self._done: Counts = (0, 0, 0, 0)  # counts of finished epochs
 
     def _epoch_seed(self) -> int:
         return derive_seed(self.seed, self.epoch)
@@ -144,22 +144,19 @@ class EchoBatches:
         self._finish_epoch()
         self.epoch += 1
 
-    def _counts(self) -> tuple[int, int, int, int]:
+    def _counts(self) -> Counts:
         echo = self._echo
         return echo.echo_counts() if isinstance(echo, Counting) else (0, 0, 0, 0)
 
     def _finish_epoch(self) -> None:
         if self._echo is not None:
-            f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, self._counts(),
-                                                            strict=True))
-            self._done = (f_ex, e_ex, f_it, e_it)
+            self._done = add_counts(self._done, self._counts())
             self._echo = None
 
     def stats(self) -> EchoStats:
         """Fresh and emitted counts over all epochs so far."""
-        now = self._counts()
-        f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, now, strict=True))
-        return EchoStats(f_ex, e_ex, f_it, e_it, e_it)
+        counts = add_counts(self._done, self._counts())
+        return EchoStats(*counts, counts[3])  # every emitted item is a batch
 
     def state_dict(self) -> State:
         """Epoch, totals of finished epochs, and the position within this epoch."""
@@ -181,7 +178,7 @@ class EchoBatches:
                 f"{type(state).__name__}; pass the dict saved from the checkpoint"
             )
         self.set_epoch(int(state["epoch"]))
-        self._done = tuple(int(v) for v in state["done"])  # type: ignore[assignment]
+        self._done = as_counts(state["done"])
         self._echo, self._pending = None, state["echo"]
 
     def __repr__(self) -> str:

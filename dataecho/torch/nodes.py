@@ -14,7 +14,7 @@ from ..echo import Echo
 from ..iterable import NodeSource, is_node
 from ..shuffle import Shuffle
 from ..stage import Stage, State
-from ..stats import EchoStats, collect
+from ..stats import Counts, EchoStats, add_counts, as_counts, collect
 
 T = TypeVar("T")
 
@@ -85,7 +85,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         self.max_factor = check_positive_int(max_factor, "max_factor")
         self.epoch = -1  # the first reset() starts epoch 0
         self._stage: Stage[T] | None = None
-        self._done = (0, 0, 0, 0)  # counts of finished epochs
+        self._done: Counts = (0, 0, 0, 0)  # counts of finished epochs
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         """Starts the next epoch, or resumes from a :meth:`state_dict`."""
@@ -101,7 +101,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
                 "initial_state must be a dict returned by EchoNode.state_dict(), got "
                 f"{type(initial_state).__name__}; pass the state saved from the checkpoint")
         self.epoch = int(initial_state["epoch"])
-        self._done = tuple(int(v) for v in initial_state["done"])  # type: ignore[assignment]
+        self._done = as_counts(initial_state["done"])
         self._stage = self._build()
         self._stage.load_state_dict(initial_state["stage"])  # resets the source node too
 
@@ -132,7 +132,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         return {"epoch": self.epoch, "done": list(self._done),
                 "stage": self._current().state_dict()}
 
-    def _counts(self) -> tuple[int, int, int, int]:
+    def _counts(self) -> Counts:
         if self._stage is None:
             return (0, 0, 0, 0)
         s = collect(self._stage)
@@ -140,17 +140,13 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
 
     def _finish_epoch(self) -> None:
         if self._stage is not None:
-            f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, self._counts(),
-                                                            strict=True))
-            self._done = (f_ex, e_ex, f_it, e_it)
+            self._done = add_counts(self._done, self._counts())
             self._stage.close()
             self._stage = None
 
     def stats(self) -> EchoStats:
         """Fresh and emitted counts over all epochs so far (``batches`` is None)."""
-        f_ex, e_ex, f_it, e_it = (a + b for a, b in zip(self._done, self._counts(),
-                                                        strict=True))
-        return EchoStats(f_ex, e_ex, f_it, e_it, None)
+        return EchoStats(*add_counts(self._done, self._counts()), None)
 
     def close(self) -> None:
         """Stops the reading thread of ``factor="auto"``; a no-op otherwise."""
