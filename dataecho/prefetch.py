@@ -14,11 +14,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._checks import check_positive_int
-from .echo import _find_batcher
 
 if TYPE_CHECKING:
     from .stage import Stage, State
@@ -41,6 +40,7 @@ class _Channel(Generic[T]):
         self.done = False  # the upstream is over: exhausted or failed
         self.stop = False  # the consumer closed the channel
         self.error: BaseException | None = None
+        self.producer: threading.Thread | None = None  # the running producer, if any
 
     def shut(self) -> None:
         with self.cond:
@@ -50,32 +50,40 @@ class _Channel(Generic[T]):
 
 
 def _produce(ch: _Channel[T], produce: Callable[[], T], park_after: float) -> None:
+    # Every exit clears ``running`` in the same critical section that decided to exit:
+    # clearing it later (in a ``finally``) left a window in which a consumer saw a
+    # producer "running", started none, and waited on a thread that had already quit.
     try:
         while True:
             with ch.cond:
                 room = ch.cond.wait_for(lambda: ch.stop or len(ch.items) < ch.depth,
                                         timeout=park_after)
                 if ch.stop or not room:
-                    return  # closed, or parked: nobody has read for park_after seconds
+                    return _exit(ch)  # closed, or parked: nobody read for park_after s
             try:
                 item = produce()
             except StopIteration:
                 with ch.cond:
                     ch.done = True
-                return
+                    return _exit(ch)
             except BaseException as err:  # handed over to the consumer
                 with ch.cond:
                     ch.error, ch.done = err, True
-                return
+                    return _exit(ch)
             with ch.cond:
                 if ch.stop:
-                    return
+                    return _exit(ch)
                 ch.items.append(item)
                 ch.cond.notify_all()
     finally:
         with ch.cond:
-            ch.running = False
-            ch.cond.notify_all()
+            if ch.running and threading.current_thread() is ch.producer:
+                _exit(ch)  # an unexpected exit (e.g. an error in wait_for itself)
+
+
+def _exit(ch: _Channel[Any]) -> None:  # called with the lock held
+    ch.running, ch.producer = False, None
+    ch.cond.notify_all()
 
 
 class Prefetcher(Generic[T]):
@@ -111,7 +119,7 @@ class Prefetcher(Generic[T]):
         ch = self._ch
         if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
             ch.running = True
-            self._thread = threading.Thread(
+            self._thread = ch.producer = threading.Thread(
                 target=_produce, args=(ch, self._produce, self._park_after),
                 name=self._name, daemon=True)
             self._thread.start()
@@ -138,8 +146,9 @@ class Prefetcher(Generic[T]):
         ch = self._ch
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         with ch.cond:
-            self._ensure_running()
+            self._ensure_running()  # refills the queue behind the item taken below
             while not (ch.items or ch.done or ch.stop):
+                self._ensure_running()  # again after every wake-up: the thread may park
                 left = _SLICE_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(
@@ -189,43 +198,6 @@ def reader(upstream: Stage[Any], size: Callable[[Any], int]
         item = next(upstream)
         return item, upstream.state_dict(), int(size(item))
     return produce
-
-
-def default_size(upstream: Stage[Any]) -> Callable[[Any], int]:
-    """How ``reader`` counts examples: a ``Batch`` stage's own count, else :func:`batch_len`.
-
-    Example:
-        >>> from dataecho import as_stage
-        >>> default_size(as_stage([]))([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]])
-        3
-    """
-    batcher = _find_batcher(upstream)
-    if batcher is not None:
-        return lambda _: int(batcher.last_size)
-    return batch_len
-
-
-def batch_len(batch: object) -> int:
-    """Examples in a batch: the leading dimension of its first array, else its length.
-
-    A tuple is read as a tuple of fields (first field counted), a list as a list of
-    examples; pass ``size=`` to a stage when a batch is laid out otherwise.
-
-    Example:
-        >>> import numpy as np
-        >>> batch_len((np.zeros((8, 3)), np.zeros(8))), batch_len(["a", "b"]), batch_len(7)
-        (8, 2, 1)
-    """
-    if isinstance(batch, Mapping):
-        batch = next(iter(batch.values()), None)
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else 1
-    if isinstance(batch, tuple | list):
-        if batch and (isinstance(batch, tuple) or hasattr(batch[0], "shape")):
-            return batch_len(batch[0])
-        return len(batch)
-    return 1
 
 
 def _check_timeout(timeout: object) -> float | None:

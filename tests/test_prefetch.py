@@ -1,6 +1,8 @@
 """The prefetch thread: order, bounds, errors, timeouts and every way it must stop."""
 
 import gc
+import itertools
+import sys
 import threading
 import time
 import traceback
@@ -99,3 +101,21 @@ def test_timeout_must_be_positive_seconds_or_none(bad):
 def test_depth_is_checked_under_the_name_users_pass():
     with pytest.raises(ValueError, match=r"prefetch must be an int >= 1, got 0"):
         Prefetcher(iter([]).__next__, depth=0)
+
+
+def test_a_thread_that_parks_while_the_consumer_waits_is_restarted():
+    # A producer parks (queue full for park_after = 0 s) just as the consumer drains the
+    # queue: the consumer must start a new one, not wait for the one that quit. Tiny
+    # thread switch intervals make that interleaving happen within a few thousand reads
+    # (before the fix, 4 runs in 5 of 3,000 reads each timed out).
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(3):
+            feed = Prefetcher(itertools.count().__next__, depth=1, timeout=5.0,
+                              park_after=0.0)
+            assert [feed.get() for _ in range(3000)] == list(range(3000))
+            feed.close()
+    finally:
+        sys.setswitchinterval(interval)
+    wait_until(lambda: not prefetch_threads())
