@@ -12,7 +12,8 @@ from . import _rng
 from ._checks import check_positive_int, check_seed
 from .iterable import as_stage
 from .policy import Agreement, EchoBuffer, Feed, alone, plan
-from .prefetch import Prefetcher, _check_timeout, default_size, reader
+from .prefetch import Prefetcher, _check_timeout, reader
+from .sizes import default_size
 from .stage import Stage, State
 from .stall import AdaptiveStats
 
@@ -72,7 +73,7 @@ class AdaptiveEcho(Stage[T]):
         prefetch: fresh items the thread reads ahead.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
-        size: examples in an item, for accounting; default ``prefetch.default_size``.
+        size: examples in an item, for accounting; default ``sizes.default_size``.
         agree: cross-rank agreement, e.g. ``dataecho.torch_distributed.RankAgreement()``,
             so every DDP rank takes the same decisions and number of steps.
         feed: builds the feed from a ``produce()`` function; default a

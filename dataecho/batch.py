@@ -50,9 +50,15 @@ class Batch(Stage[Any]):
         upstream: any iterable of examples.
         batch_size: examples per batch, an int >= 1.
         drop_last: drop a final partial batch instead of emitting it (the dropped
-            examples were read, so they count as fresh but not as emitted).
+            examples were read, so they count as fresh but not as emitted; ``dropped``
+            counts them).
         collate: turns a list of examples into a batch; default :func:`collate`
             (numpy). Pass ``list`` to keep the examples as a list.
+
+    If the upstream raises (a transient read error), the examples of the batch read
+    so far are kept and the next call goes on filling the same batch. A checkpoint
+    taken meanwhile holds the upstream state from before the batch began, never the
+    examples, so a restore re-reads them.
 
     Example:
         >>> [b.tolist() for b in Batch(range(5), batch_size=2)]
@@ -80,16 +86,28 @@ class Batch(Stage[Any]):
         self.collate: Callable[[list[Any]], Any] = collate or _default_collate
         self.batches = 0  # batches emitted
         self.examples = 0  # examples in them
+        self.dropped = 0  # examples read but dropped in a partial batch (drop_last)
         self.last_size = 0  # examples in the latest batch (read by a batch-echo stage)
+        self._items: list[Any] | None = None  # the batch being filled, kept if upstream raises
+        self._start: Any = None  # upstream snapshot from before that batch began
 
     def __next__(self) -> Any:
-        items = list(islice(self.upstream, self.batch_size))
-        if not items or (self.drop_last and len(items) < self.batch_size):
+        if self._items is None:
+            self._start, self._items = self.upstream._snapshot(), []
+        items = self._items
+        for item in islice(self.upstream, self.batch_size - len(items)):
+            items.append(item)  # one at a time: what was read survives an upstream error
+        self._items = None
+        if not items:
             raise StopIteration
+        if self.drop_last and len(items) < self.batch_size:
+            self.dropped += len(items)
+            raise StopIteration
+        batch = self.collate(items)
         self.batches += 1
         self.examples += len(items)
         self.last_size = len(items)
-        return self.collate(items)
+        return batch
 
     def _config(self) -> dict[str, Any]:
         name = getattr(self.collate, "__qualname__", type(self.collate).__name__)
@@ -97,21 +115,25 @@ class Batch(Stage[Any]):
                 "collate": "default" if self.collate is _default_collate else name}
 
     def _get_state(self) -> State:
-        return {"upstream": self.upstream.state_dict(), "batches": self.batches,
-                "examples": self.examples, "last_size": self.last_size}
+        return self._expand(self._snapshot())
 
     def _snapshot(self) -> Any:
-        return (self.batches, self.examples, self.last_size, self.upstream._snapshot())
+        upstream = self.upstream._snapshot() if self._items is None else self._start
+        return (self.batches, self.examples, self.last_size, self.dropped, upstream)
 
     def _expand(self, token: Any) -> State:
         return {"stage": "Batch", "version": self.VERSION, "config": self._config(),
-                "upstream": self.upstream._expand(token[3]), "batches": token[0],
-                "examples": token[1], "last_size": token[2]}
+                "upstream": self.upstream._expand(token[4]), "batches": token[0],
+                "examples": token[1], "last_size": token[2], "dropped": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self.batches, self.examples = int(state["batches"]), int(state["examples"])
         self.last_size = int(state["last_size"])
+        # Checkpoints from before the counter existed were taken with nothing dropped
+        # unless the stream had ended.
+        self.dropped = int(state.get("dropped", 0))
+        self._items = self._start = None
 
     def _repr_args(self) -> dict[str, Any]:
         cfg = self._config()

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_factor, check_seed
+from ._checks import check_factor, check_positive_int, check_seed, check_size
 from .iterable import as_stage
+from .sizes import batch_len, find_batcher, is_batched
 from .stage import Stage, State
-from .stats import Batching
 
 T = TypeVar("T")
 
@@ -39,7 +39,11 @@ class Echo(Stage[T]):
         factor: copies per item, a real number >= 1; 1 is a pass-through.
         seed: seed of the fractional draws.
         size: number of examples in an item, for accounting. By default 1 per item, or
-            the batch size when a ``Batch`` stage is upstream (batch echoing).
+            the batch's size when a ``Batch`` stage is upstream (batch echoing): the
+            ``Batch``'s own count when only ``Map`` stages stand between, else the
+            item measured by :func:`dataecho.sizes.batch_len`, since a stage that
+            reads ahead (a ``Shuffle`` of batches) yields batches the ``Batch`` made
+            before its latest one. Pass ``size`` when batches are laid out otherwise.
 
     Example:
         >>> list(Echo(["a", "b"], factor=3))
@@ -60,13 +64,16 @@ class Echo(Stage[T]):
         seed: int = 0,
         size: Callable[[T], int] | None = None,
     ) -> None:
+        size = check_size(size)
         self.upstream = as_stage(upstream)
         self.factor = check_factor(factor)
         self.seed = check_seed(seed)
         self._base = math.floor(self.factor)
         self._frac = self.factor - self._base
+        self._batcher = find_batcher(self.upstream) if size is None else None
+        if size is None and self._batcher is None and is_batched(self.upstream):
+            size = batch_len
         self._size_fn = size
-        self._batcher = _find_batcher(self.upstream) if size is None else None
         self._sized = size is not None or self._batcher is not None
         self._block_id = -1
         self._block: list[int] = []
@@ -155,6 +162,8 @@ def total_copies(factor: float, seed: int, n: int) -> int:
         True
     """
     factor = check_factor(factor)
+    seed = check_seed(seed)
+    n = check_positive_int(n, "n", minimum=0)
     base, frac = math.floor(factor), factor - math.floor(factor)
     if not frac:
         return base * n
@@ -179,6 +188,7 @@ def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:
         True
     """
     factor = check_factor(factor)
+    seed = check_seed(seed)
     base, frac = math.floor(factor), factor - math.floor(factor)
     indices = np.asarray(indices)
     if not np.issubdtype(indices.dtype, np.integer) or (indices.size and indices.min() < 0):
@@ -193,14 +203,3 @@ def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:
             mask = blocks == block
             out[mask] = _copies_block(base, frac, seed, block)[offsets[mask]]
     return out
-
-
-def _find_batcher(stage: Stage[Any] | None) -> Any:
-    """The nearest batching stage upstream, or None (then each item is one example)."""
-    while stage is not None:
-        if isinstance(stage, Batching):
-            return stage
-        if hasattr(stage, "echo_counts"):
-            return None  # an earlier echo stage: items are its items
-        stage = stage.upstream
-    return None

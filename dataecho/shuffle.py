@@ -27,6 +27,11 @@ class Shuffle(Stage[T]):
     the elements (restoring re-reads the window). The order of window ``w`` is a
     function of ``(seed, w)``. Memory: ``buffer_size`` items.
 
+    If the upstream raises while a window is being read (a transient read error), the
+    items read so far are kept and the next call goes on filling the same window. A
+    checkpoint taken meanwhile holds the upstream state at the window's start, so a
+    restore re-reads them.
+
     Args:
         upstream: any iterable.
         buffer_size: items per window, an int >= 1.
@@ -47,6 +52,8 @@ class Shuffle(Stage[T]):
         self._pos = 0
         self._window = 0  # index of the window in _buf, or of the next one when drained
         self._start: State | None = None  # upstream state when the window in _buf began
+        self._items: list[Any] | None = None  # the window being read, kept if upstream raises
+        self._skip = 0  # items of that window a restore already emitted
 
     def __next__(self) -> T:
         if self._pos >= len(self._buf):
@@ -57,21 +64,28 @@ class Shuffle(Stage[T]):
         return item  # type: ignore[no-any-return]
 
     def _fill(self) -> None:
-        if self._buf:
-            self._window += 1
-        self._start = self.upstream.state_dict()
-        items = list(islice(self.upstream, self.buffer_size))
-        if not items:
+        if self._items is None:
+            if self._buf:
+                self._window += 1
             self._buf, self._pos = [], 0
+            self._start, self._items = self.upstream.state_dict(), []
+        items = self._items
+        for item in islice(self.upstream, self.buffer_size - len(items)):
+            items.append(item)  # one at a time: what was read survives an upstream error
+        self._items = None
+        if not items:
             raise StopIteration
         order = _rng.rng(self.seed, _rng.SHUFFLE, self._window).permutation(len(items))
         self._buf = [items[i] for i in order.tolist()]
-        self._pos = 0
+        self._buf[:self._skip] = [None] * self._skip
+        self._pos, self._skip = self._skip, 0
 
     def _config(self) -> dict[str, Any]:
         return {"buffer_size": self.buffer_size, "seed": self.seed}
 
     def _get_state(self) -> State:
+        if self._items is not None:  # an upstream error interrupted the window's read
+            return {"upstream": self._start, "window": self._window, "skip": self._skip}
         if 0 < self._pos < len(self._buf):
             return {"upstream": self._start, "window": self._window, "skip": self._pos}
         window = self._window + 1 if self._buf else self._window
@@ -80,8 +94,8 @@ class Shuffle(Stage[T]):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self._buf, self._pos, self._window = [], 0, int(state["window"])
-        skip = int(state["skip"])
-        if skip:
-            self._fill()  # re-reads the window from its start state
-            self._buf[:skip] = [None] * skip
-            self._pos = skip
+        self._items, self._skip = None, int(state["skip"])
+        if self._skip:
+            # Re-reads the window from its start state and skips what was emitted; if the
+            # upstream raises meanwhile, the next call finishes the read and the skip.
+            self._fill()

@@ -20,9 +20,10 @@ class EchoStats:
 
     Attributes:
         fresh_examples: examples read from upstream of the echo stage (the paper's metric).
-        emitted_examples: examples passed downstream, echoed copies included.
+        emitted_examples: examples passed downstream, echoed copies included; examples
+            a later ``Batch(..., drop_last=True)`` dropped are not.
         fresh_items: items the echo stage read (examples, or batches for batch echoing).
-        emitted_items: items the echo stage emitted.
+        emitted_items: items the echo stage emitted, less those a later ``Batch`` dropped.
         batches: batches the pipeline emitted, or None when it does not batch.
 
     Example:
@@ -115,17 +116,26 @@ def chain(stage: Stage[Any]) -> list[Stage[Any]]:
 
 
 def collect(stage: Stage[Any]) -> EchoStats:
-    """Builds :class:`EchoStats` for the pipeline ending at ``stage``."""
+    """Builds :class:`EchoStats` for the pipeline ending at ``stage``.
+
+    Examples a batcher after the last echo stage dropped (``drop_last``) were read but
+    never emitted: they count as fresh, not as emitted.
+    """
     stages = chain(stage)
     echoes = [s for s in stages if isinstance(s, Counting)]
+    last_echo = max((i for i, s in enumerate(stages) if isinstance(s, Counting)), default=-1)
     last_batch = max((i for i, s in enumerate(stages) if isinstance(s, Batching)), default=None)
+    dropped = 0  # counted in the last echo's items, which the batcher groups
+    if last_batch is not None and last_batch > last_echo:
+        dropped = int(getattr(stages[last_batch], "dropped", 0))
     if echoes:
         fresh_ex, _, fresh_items, _ = echoes[0].echo_counts()
         _, emitted_ex, _, emitted_items = echoes[-1].echo_counts()
+        emitted_ex, emitted_items = emitted_ex - dropped, emitted_items - dropped
     else:
-        # No echo stage: everything read is emitted once.
-        fresh_ex = emitted_ex = _examples_out(stages)
-        fresh_items = emitted_items = fresh_ex
+        # No echo stage: everything read is emitted once, bar what a batcher dropped.
+        emitted_ex = emitted_items = _examples_out(stages)
+        fresh_ex = fresh_items = emitted_ex + dropped
     batches = None
     if last_batch is not None:
         batcher = stages[last_batch]

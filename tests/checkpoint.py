@@ -64,3 +64,35 @@ def assert_restores_everywhere(make: Callable[[], Any], *, every: int = 1) -> li
         if final_stats is not None:
             assert restored.stats() == final_stats, f"restored at {k}: stats differ"
     return outputs
+
+
+class Flaky:
+    """Yields 0..n-1 but raises OSError once, just before item ``fail_at``."""
+
+    def __init__(self, n: int, fail_at: int | None) -> None:
+        self.next_item, self.n, self.fail_at = 0, n, fail_at
+
+    def __iter__(self) -> Flaky:
+        return self
+
+    def __next__(self) -> int:
+        if self.next_item == self.fail_at:
+            self.fail_at = None
+            raise OSError("transient read error")
+        if self.next_item >= self.n:
+            raise StopIteration
+        self.next_item += 1
+        return self.next_item - 1
+
+
+def drain_retrying(stage: Iterator[Any]) -> tuple[list[Any], Any]:
+    """Every output, calling next() again after an OSError; and the state after it."""
+    outputs: list[Any] = []
+    state = None
+    while True:
+        try:
+            outputs.append(next(stage))
+        except StopIteration:
+            return outputs, state
+        except OSError:
+            state = json.loads(json.dumps(stage.state_dict()))

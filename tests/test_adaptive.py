@@ -12,7 +12,8 @@ import pytest
 
 from dataecho import Batch, Echo
 from dataecho.adaptive import AdaptiveEcho
-from dataecho.prefetch import Prefetcher, batch_len
+from dataecho.prefetch import Prefetcher
+from dataecho.sizes import batch_len
 from threads import prefetch_threads, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")

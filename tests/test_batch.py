@@ -1,7 +1,9 @@
-import numpy as np
 
-from checkpoint import assert_restores_everywhere
-from dataecho import Batch, Source, collate
+import numpy as np
+import pytest
+
+from checkpoint import Flaky, assert_restores_everywhere, drain_retrying
+from dataecho import Batch, Echo, Source, collate
 
 
 def test_batches_are_collated_field_by_field():
@@ -33,3 +35,46 @@ def test_counts_batches_and_examples():
 
 def test_restore_at_every_step_across_epochs():
     assert_restores_everywhere(lambda: Batch(Source(range(10), seed=1, num_epochs=3), 4))
+
+
+def test_upstream_error_mid_batch_keeps_the_examples_read_and_resumes_the_batch():
+    stage = Batch(Flaky(10, fail_at=6), 4, collate=list)
+    batches, _ = drain_retrying(stage)
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert (stage.batches, stage.examples) == (3, 10)
+
+
+def test_checkpoint_after_an_upstream_error_rereads_the_interrupted_batch():
+    _, state = drain_retrying(Batch(Flaky(10, fail_at=6), 4, collate=list))
+    assert state["upstream"]["consumed"] == 4 and state["batches"] == 1
+    restored = Batch(list(range(10)), 4, collate=list)
+    restored.load_state_dict(state)
+    assert list(restored) == [[4, 5, 6, 7], [8, 9]]
+    assert (restored.batches, restored.examples) == (3, 10)
+
+
+def test_batch_echoing_survives_an_upstream_error_and_its_checkpoint():
+    stage = Echo(Batch(Flaky(10, fail_at=6), 4, collate=list), 2)
+    batches, state = drain_retrying(stage)
+    assert batches == [[0, 1, 2, 3]] * 2 + [[4, 5, 6, 7]] * 2 + [[8, 9]] * 2
+    assert (stage.stats().fresh_examples, stage.stats().emitted_examples) == (10, 20)
+    restored = Echo(Batch(list(range(10)), 4, collate=list), 2)
+    restored.load_state_dict(state)
+    assert list(restored) == batches[2:]
+    assert restored.stats() == stage.stats()
+
+
+def test_drop_last_counts_the_dropped_examples():
+    stage = Batch(range(9), 4, drop_last=True)
+    list(stage)
+    assert (stage.batches, stage.examples, stage.dropped) == (2, 8, 1)
+    next(stage, None)  # asking again after the end drops nothing more
+    assert stage.dropped == 1 and stage.state_dict()["dropped"] == 1
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_restore_at_every_step_with_a_partial_last_batch(drop_last):
+    assert_restores_everywhere(
+        lambda: Batch(Source(range(9), seed=1, num_epochs=2), 4, drop_last=drop_last))
+    assert_restores_everywhere(
+        lambda: Echo(Batch(Source(range(9), seed=1), 4, drop_last=drop_last), 1.5, seed=2))

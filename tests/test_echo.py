@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from checkpoint import assert_restores_everywhere
-from dataecho import Batch, Echo, Source
+from dataecho import AdaptiveEcho, Batch, Echo, Map, Shuffle, Source
+from dataecho.echo import copies_at, total_copies
 
 
 @pytest.mark.parametrize("factor", [1, 2, 3, 5])
@@ -87,3 +88,67 @@ def test_state_holds_no_elements():
 
 def test_repr_shows_parameters():
     assert repr(Echo([1], 2, seed=5)) == "Echo(<list>, factor=2.0, seed=5)"
+
+
+def test_batch_echoing_behind_a_shuffle_of_batches_counts_each_batch_by_its_own_size():
+    def make():
+        return Echo(Shuffle(Batch(Source(range(10), shuffle=False), 4), 3), 2)
+
+    stage = make()
+    assert sorted(len(b) for b in stage) == [2, 2, 4, 4, 4, 4]
+    s = stage.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.fresh_items, s.emitted_items) == (10, 20, 3, 6)
+    assert_restores_everywhere(make)
+
+
+def test_batch_echoing_through_a_map_counts_the_batchers_sizes():
+    # batch_len cannot measure a string; the Batch's own count is used through a Map.
+    stage = Echo(Map(Batch(range(10), 4), lambda batch: "summary"), 2)
+    assert list(stage) == ["summary"] * 6
+    assert (stage.stats().fresh_examples, stage.stats().emitted_examples) == (10, 20)
+
+
+def test_echo_of_batch_echoes_counts_examples_in_the_batches():
+    stage = Echo(Echo(Batch(range(10), 4), 2), 1.5, seed=1)
+    emitted = sum(len(b) for b in stage)
+    s = stage.stats()
+    assert s.fresh_examples == 10 and s.emitted_examples == emitted
+
+
+def test_adaptive_echo_behind_a_shuffle_of_batches_counts_each_batch_by_its_own_size():
+    # AdaptiveEcho sizes items with the same rule (sizes.default_size uses it).
+    upstream = Shuffle(Batch(Source(range(10), shuffle=False), 4), 3)
+    with AdaptiveEcho(upstream, max_factor=1) as stage:
+        assert sorted(len(b) for b in stage) == [2, 4, 4]
+    assert (stage.stats().fresh_examples, stage.stats().emitted_examples) == (10, 10)
+
+
+def test_size_that_is_not_callable_is_rejected_at_construction():
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\).*got str; "
+                                        "pass a function such as len"):
+        Echo([1], 2, size="len")
+
+
+@pytest.mark.parametrize("seed, error, message", [
+    (-1, ValueError, r"seed must be an int in \[0, 2\*\*63\), got -1; pass e.g. seed=0"),
+    ("x", TypeError, r"seed must be an int in \[0, 2\*\*63\), got 'x' of type str"),
+])
+def test_total_copies_and_copies_at_check_the_seed(seed, error, message):
+    with pytest.raises(error, match=message):
+        total_copies(1.5, seed, 10)
+    with pytest.raises(error, match=message):
+        copies_at(1.5, seed, np.arange(3))
+
+
+@pytest.mark.parametrize("n, error, message", [
+    (-3, ValueError, r"n must be an int >= 0, got -3; pass n=0 or more"),
+    (2.5, TypeError, r"n must be an int >= 0, got 2.5 of type float"),
+    ("a", TypeError, r"n must be an int >= 0, got 'a' of type str"),
+])
+def test_total_copies_checks_n(n, error, message):
+    with pytest.raises(error, match=message):
+        total_copies(2, 0, n)
+
+
+def test_total_copies_of_no_items_is_zero():
+    assert total_copies(1.5, 0, 0) == 0 == total_copies(2, 0, 0)

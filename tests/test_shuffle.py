@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from checkpoint import assert_restores_everywhere
+from checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 from dataecho import Batch, Echo, Shuffle, Source
 
 
@@ -58,3 +58,30 @@ def test_state_holds_the_window_start_not_the_elements():
 
 def test_partial_last_window_is_emitted():
     assert sorted(Shuffle(range(10), 4)) == list(range(10))
+
+
+def test_upstream_error_mid_window_keeps_the_items_read_and_resumes_the_window():
+    out, _ = drain_retrying(Shuffle(Flaky(10, fail_at=6), 4, seed=5))
+    assert out == list(Shuffle(range(10), 4, seed=5))
+
+
+def test_checkpoint_after_an_upstream_error_rereads_the_interrupted_window():
+    reference = list(Shuffle(range(10), 4, seed=5))
+    _, state = drain_retrying(Shuffle(Flaky(10, fail_at=6), 4, seed=5))
+    assert state["upstream"]["consumed"] == 4 and state["skip"] == 0
+    restored = Shuffle(list(range(10)), 4, seed=5)
+    restored.load_state_dict(state)
+    assert list(restored) == reference[4:]
+
+
+def test_upstream_error_while_restoring_mid_window_still_skips_what_was_emitted():
+    reference = list(Shuffle(range(10), 4, seed=5))
+    source = Shuffle(range(10), 4, seed=5)
+    for _ in range(6):
+        next(source)
+    state = json.loads(json.dumps(source.state_dict()))
+    restored = Shuffle(Flaky(10, fail_at=6), 4, seed=5)
+    with pytest.raises(OSError):
+        restored.load_state_dict(state)  # re-reading window 1 (items 4-7) hits the error
+    assert restored.state_dict()["skip"] == 2
+    assert list(restored) == reference[6:]

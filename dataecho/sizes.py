@@ -1,0 +1,78 @@
+"""How many examples an item holds, for exact accounting of batches.
+
+Echo stages count fresh and emitted *examples*; when their items are batches they need
+each batch's size. A ``Batch`` stage knows the size of the batch it made last, which is
+the next item's size only when nothing between it and the reader reorders or reads
+ahead; otherwise the batch itself is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .map import Map
+from .stage import Stage
+from .stats import Batching, chain
+
+
+def find_batcher(stage: Stage[Any] | None) -> Any:
+    """The batching stage whose ``last_size`` is the size of ``stage``'s next item, or None.
+
+    Only ``Map`` stages may stand between: they pass one item per item, in order and
+    without reading ahead. Any other stage (a ``Shuffle`` reading a window of batches,
+    an earlier echo) can yield a batch made before the batcher's latest one, whose
+    ``last_size`` then belongs to another batch.
+    """
+    while stage is not None:
+        if isinstance(stage, Batching):
+            return stage
+        if not isinstance(stage, Map):
+            return None
+        stage = stage.upstream
+    return None
+
+
+def is_batched(stage: Stage[Any]) -> bool:
+    """Whether a batching stage is upstream, so items are batches to be measured."""
+    return any(isinstance(s, Batching) for s in chain(stage))
+
+
+def default_size(upstream: Stage[Any]) -> Callable[[Any], int]:
+    """How AdaptiveEcho sizes items: the ``Batch``'s own count, else :func:`batch_len`.
+
+    The ``Batch``'s count only when it is read directly or through ``Map`` stages
+    (see :func:`find_batcher`).
+
+    Example:
+        >>> from dataecho import as_stage
+        >>> default_size(as_stage([]))([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]])
+        3
+    """
+    batcher = find_batcher(upstream)
+    if batcher is not None:
+        return lambda _: int(batcher.last_size)
+    return batch_len
+
+
+def batch_len(batch: object) -> int:
+    """Examples in a batch: the leading dimension of its first array, else its length.
+
+    A tuple is read as a tuple of fields (first field counted), a list as a list of
+    examples; pass ``size=`` to a stage when a batch is laid out otherwise.
+
+    Example:
+        >>> import numpy as np
+        >>> batch_len((np.zeros((8, 3)), np.zeros(8))), batch_len(["a", "b"]), batch_len(7)
+        (8, 2, 1)
+    """
+    if isinstance(batch, Mapping):
+        batch = next(iter(batch.values()), None)
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    if isinstance(batch, tuple | list):
+        if batch and (isinstance(batch, tuple) or hasattr(batch[0], "shape")):
+            return batch_len(batch[0])
+        return len(batch)
+    return 1

@@ -1,0 +1,44 @@
+import math
+
+import pytest
+
+import dataecho
+from checkpoint import assert_restores_everywhere
+from dataecho import Batch, Echo, EchoStats, Source
+
+
+def test_example_echoing_with_drop_last_counts_dropped_examples_as_fresh_not_emitted():
+    stage = dataecho.pipeline(range(9), echo="before_augmentation", factor=2, batch_size=4,
+                              drop_last=True, buffer_size=1)
+    emitted = sum(len(b) for b in stage)
+    s = stage.stats()
+    assert (emitted, s.emitted_examples, s.fresh_examples) == (16, 16, 9)
+    assert (s.emitted_items, s.fresh_items) == (16, 9)
+    assert s.realised_factor == pytest.approx(16 / 9)
+    assert s.batches == 4
+
+
+def test_no_echo_with_drop_last_counts_dropped_examples_as_fresh_not_emitted():
+    stage = dataecho.pipeline(range(9), echo=None, batch_size=4, drop_last=True)
+    list(stage)
+    s = stage.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.batches) == (9, 8, 2)
+    assert s.realised_factor == pytest.approx(8 / 9)
+
+
+def test_batch_echoing_with_drop_last_counts_only_examples_in_fresh_batches():
+    stage = Echo(Batch(range(9), 4, drop_last=True), 2)
+    list(stage)
+    s = stage.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.batches) == (8, 16, 4)
+
+
+def test_stats_with_drop_last_survive_a_restore_at_every_step():
+    assert_restores_everywhere(
+        lambda: Batch(Echo(Source(range(9), seed=1), 2), 4, drop_last=True))
+
+
+def test_realised_factor_is_nan_before_anything_was_read():
+    stats = Echo(range(3), 2).stats()
+    assert stats == EchoStats(0, 0, 0, 0, None)
+    assert math.isnan(stats.realised_factor)
