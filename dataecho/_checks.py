@@ -50,6 +50,17 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_size(size: object, name: str = "size") -> Any:
+    """Returns ``size`` after checking it is None or callable as ``size(item) -> int``."""
+    if size is not None and not callable(size):
+        raise TypeError(
+            f"{name} must be callable as {name}(item) -> examples in the item, got "
+            f"{type(size).__name__}; pass a function such as len, or None for the default "
+            "count (1 per item, or the batch size after a Batch stage)"
+        )
+    return size
+
+
 def check_seed(seed: object, name: str = "seed") -> int:
     """Returns ``seed`` after checking it is an int in ``[0, 2**63)``."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):

@@ -8,7 +8,7 @@ from typing import Any
 from . import _rng
 from ._checks import check_positive_int
 from ._rng import derive_seed
-from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
+from .adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
 from .batch import Batch
 from .batch import collate as default_collate
 from .map import Map, _name, _takes_rng
@@ -96,10 +96,14 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                 f"collate must be callable as collate(list_of_examples), got "
                 f"{type(collate).__name__}; pass a function or None for the default")
         b = self.batch_size
-        buffer_size = 8 * b if buffer_size is None else buffer_size
+        # Checked here, before min_fresh is derived from it, so an error names what the
+        # user passed.
+        buffer_size = 8 * b if buffer_size is None else check_positive_int(
+            buffer_size, "buffer_size")
+        prefetch = 2 * b if prefetch is None else check_positive_int(prefetch, "prefetch")
         super().__init__(upstream, max_factor=max_factor,
                          min_fresh=min(4 * b, buffer_size) if min_fresh is None else min_fresh,
-                         buffer_size=buffer_size, prefetch=2 * b if prefetch is None else prefetch,
+                         buffer_size=buffer_size, prefetch=prefetch,
                          timeout=timeout, seed=seed, size=lambda _: 1, agree=agree,
                          feed=feed, clock=clock)
         self.augment = augment
@@ -167,12 +171,17 @@ def make_auto(
     collate: Callable[[list[Any]], Any] | None = None,
     seed: int = 0,
     max_factor: int = DEFAULT_MAX_FACTOR,
+    buffer_size: int | None = None,
 ) -> Stage[Any]:
     """The tail of a pipeline with ``factor="auto"`` for one of the paper's variants.
 
     - ``"before_augmentation"``: ``AdaptiveExamples(source, augment=augment)``;
     - ``"after_augmentation"``: ``Map(augment)`` -> ``AdaptiveExamples`` (identical copies);
     - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``.
+
+    ``buffer_size`` is the adaptive stage's echo buffer (examples, or batches for
+    ``"batch"``), which spreads copies apart as the post-echo shuffle does for a fixed
+    factor; None keeps each stage's default.
 
     Example:
         >>> stage = make_auto(range(6), echo="batch", batch_size=3)
@@ -188,7 +197,8 @@ def make_auto(
         stage = Map(stage, augment, seed=derive_seed(seed, 2))
     if echo == "batch":
         batches = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
-        return AdaptiveEcho(batches, max_factor=max_factor, seed=derive_seed(seed, 1))
+        return AdaptiveEcho(batches, max_factor=max_factor, seed=derive_seed(seed, 1),
+                            buffer_size=DEFAULT_BUFFER if buffer_size is None else buffer_size)
     return AdaptiveExamples(stage, batch_size, max_factor=max_factor, drop_last=drop_last,
-                            collate=collate, seed=derive_seed(seed, 1),
+                            collate=collate, seed=derive_seed(seed, 1), buffer_size=buffer_size,
                             augment=augment if echo == "before_augmentation" else None)

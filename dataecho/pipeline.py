@@ -26,7 +26,7 @@ def pipeline(
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
     factor: float | Literal["auto"] = 2.0,
-    max_factor: int = DEFAULT_MAX_FACTOR,
+    max_factor: int | None = None,
     batch_size: int | None = 128,
     buffer_size: int | None = None,
     drop_last: bool = False,
@@ -37,6 +37,7 @@ def pipeline(
     epoch: int = 0,
     shard_index: int = 0,
     num_shards: int = 1,
+    drop_remainder: bool = False,
 ) -> Stage[Any]:
     """Builds ``read -> [echo] -> augment -> [echo] -> shuffle -> batch -> [echo]``.
 
@@ -58,12 +59,15 @@ def pipeline(
             ``"auto"``: echo only while fresh data is late (a prefetch thread reads
             upstream; see :class:`dataecho.AdaptiveExamples`), never more than
             ``max_factor`` uses per fresh item. Not bit-reproducible.
-        max_factor: the cap on uses per fresh item with ``factor="auto"``.
+        max_factor: the cap on uses per fresh item with ``factor="auto"`` (default
+            4); an error with a fixed factor, where it would do nothing.
         batch_size: examples per batch, or None for a stream of examples (example
             echoing only), e.g. to let a DataLoader batch them.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches for example echoing, none (1) for batch echoing, where each item is
-            a whole batch. 1 disables the post-echo shuffle.
+            a whole batch. 1 disables the post-echo shuffle. With ``factor="auto"`` it
+            is the adaptive stage's echo buffer instead (recent examples, or batches for
+            batch echoing, that echoes are drawn from); default: that stage's own.
         drop_last: drop a final partial batch.
         collate: batch collate function (default: numpy stacking).
         shuffle: permute the data set each epoch.
@@ -72,6 +76,8 @@ def pipeline(
         epoch: first epoch.
         shard_index: this reader's shard (rank * num_workers + worker).
         num_shards: number of readers.
+        drop_remainder: drop ``len(data) % num_shards`` examples of each epoch so that
+            every shard has the same length (see :class:`dataecho.Source`).
 
     Example:
         >>> import numpy as np
@@ -87,6 +93,10 @@ def pipeline(
         )
     auto = factor == "auto"
     factor = 1.0 if auto else check_factor(factor)
+    if max_factor is not None and not auto:
+        raise ValueError(
+            f"max_factor caps factor='auto' and does nothing with a fixed factor={factor:g}, "
+            f"got max_factor={max_factor!r}; drop max_factor, or pass factor='auto'")
     if auto and batch_size is None:
         raise ValueError(
             "batch_size must be an int >= 1 with factor='auto' (adaptive echoing fills "
@@ -100,6 +110,8 @@ def pipeline(
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     seed = check_seed(seed)
+    adaptive_buffer = None if buffer_size is None else check_positive_int(
+        buffer_size, "buffer_size")
     if buffer_size is None:
         example_level = echo in ("before_augmentation", "after_augmentation")
         buffer_size = 10 * (batch_size or 100) if example_level else 1
@@ -111,11 +123,13 @@ def pipeline(
         return derive_seed(seed, tag, epoch, shard_index)
 
     stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
-                               epoch=epoch, shard_index=shard_index, num_shards=num_shards)
+                               epoch=epoch, shard_index=shard_index, num_shards=num_shards,
+                               drop_remainder=drop_remainder)
     if auto and echo is not None:
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(1), max_factor=max_factor)
+                         seed=sub(1), buffer_size=adaptive_buffer,
+                         max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
     if echo == "before_augmentation":
         stage = Echo(stage, factor, seed=sub(1))
     if augment is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_factor, check_seed
+from ._checks import check_factor, check_positive_int, check_seed
 from ._rng import derive_seed
 from .echo import copies_at
 from .iterable import as_stage
@@ -75,7 +75,8 @@ class EchoRows:
                 "every worker and every rerun draws the same extra copies; or pass an "
                 "integer factor")
         self.key = key
-        self.seed = derive_seed(check_seed(seed), int(epoch)) if epoch else check_seed(seed)
+        epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self.seed = derive_seed(check_seed(seed), epoch) if epoch else check_seed(seed)
         self.copy_column = str(copy_column)
 
     def copies(self, batch: Mapping[str, Any]) -> np.ndarray:

@@ -145,6 +145,10 @@ def test_repr_shows_the_parameters():
     ({"batch_size": 0}, ValueError, r"batch_size must be an int >= 1, got 0"),
     ({"batch_size": 2, "augment": 3}, TypeError, r"augment must be callable"),
     ({"batch_size": 2, "collate": "stack"}, TypeError, r"collate must be callable"),
+    # buffer_size is checked as itself, not as the min_fresh derived from it.
+    ({"batch_size": 2, "buffer_size": 0}, ValueError, r"buffer_size must be an int >= 1, got 0"),
+    ({"batch_size": 2, "buffer_size": "8"}, TypeError, r"buffer_size must be an int >= 1"),
+    ({"batch_size": 2, "prefetch": -1}, ValueError, r"prefetch must be an int >= 1, got -1"),
 ])
 def test_arguments_are_checked_with_a_message_naming_the_fix(kwargs, error, message):
     with pytest.raises(error, match=message):

@@ -107,3 +107,21 @@ def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(v
 def test_auto_factor_needs_a_batch_size():
     with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 with factor='auto'"):
         dataecho.pipeline(DATA, factor="auto", batch_size=None)
+
+
+@pytest.mark.parametrize(("variant", "kind"), [("before_augmentation", "AdaptiveExamples"),
+                                               ("batch", "AdaptiveEcho")])
+def test_auto_factor_uses_buffer_size_as_the_adaptive_echo_buffer(variant, kind):
+    # Not silently ignored: the adaptive stage's buffer spreads copies apart, the role the
+    # post-echo shuffle window plays for a fixed factor.
+    p = dataecho.pipeline(DATA, echo=variant, factor="auto", batch_size=8, buffer_size=24)
+    assert repr(p).startswith(kind) and "buffer_size=24" in repr(p)
+    p.close()
+    default = dataecho.pipeline(DATA, echo=variant, factor="auto", batch_size=8)
+    assert "buffer_size=24" not in repr(default)
+    default.close()
+
+
+def test_max_factor_with_a_fixed_factor_is_an_error_not_a_silent_no_op():
+    with pytest.raises(ValueError, match=r"max_factor caps factor='auto'.*factor=2.*max_factor=3"):
+        dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=8, max_factor=3)

@@ -69,6 +69,10 @@ def test_errors_name_parameter_rule_and_fix():
         EchoRows(2)({"a": np.arange(2), "b": np.arange(3)})
     with pytest.raises(ValueError, match="non-negative integers"):
         copies_at(1.5, 0, np.array([-1]))
+    with pytest.raises(ValueError, match=r"epoch must be an int >= 0, got -1"):
+        EchoRows(2, epoch=-1)
+    with pytest.raises(TypeError, match=r"epoch must be an int >= 0, got 1.7"):
+        EchoRows(2, epoch=1.7)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"dataset must be a ray.data.Dataset"):
         echo_rows([1, 2], 2)
     with pytest.raises(ValueError, match="'echo_copy' column"):

@@ -202,3 +202,62 @@ def test_auto_factor_detects_in_place_modification_of_a_repeated_batch():
         for batch in EchoBatches(SlowLoader(6), "auto"):
             batch.mul_(0)
             time.sleep(0.005)
+
+
+class Burst:
+    """Four batches at once, then nothing for a while: "auto" echoes all four."""
+
+    def __iter__(self):
+        import time
+        for i in range(4):
+            yield torch.full((2,), float(i))
+        time.sleep(0.5)
+
+
+def test_auto_factor_detects_in_place_modification_of_any_buffered_batch(no_thread_leak):
+    # Batch 0 is modified at its first use; while the loader stalls, echoes are drawn
+    # from the four latest batches, so batch 0 comes again after others. No corrupted
+    # copy may be yielded, and the error names the cause.
+    import time
+
+    yielded = []
+    with pytest.raises(RuntimeError, match=r"modified an echoed batch in place .* pass "
+                                           r"clone=True"):
+        for batch in EchoBatches(Burst(), "auto", max_factor=4, buffer_size=4):
+            yielded.append(batch.tolist())
+            if not yielded[:-1] and batch[0] == 0:
+                batch.sub_(1000)  # the first use of batch 0
+            time.sleep(0.01)
+    assert all(v >= 0 for b in yielded[1:] for v in b)
+
+
+def test_auto_factor_with_clone_lets_the_step_modify_any_batch(no_thread_leak):
+    import time
+
+    seen = []
+    for batch in EchoBatches(Burst(), "auto", max_factor=2, clone=True):
+        seen.append(batch.tolist())
+        batch.sub_(1000)
+        time.sleep(0.01)
+    assert len(seen) > 4 and all(v >= 0 for b in seen for v in b)
+
+
+def test_auto_factor_arguments_are_checked_at_construction():
+    with pytest.raises(ValueError, match=r"buffer_size must be an int >= 1, got 0"):
+        EchoBatches(loader(), "auto", buffer_size=0)
+    with pytest.raises(ValueError, match=r"max_factor must be an int >= 1, got 0"):
+        EchoBatches(loader(), "auto", max_factor=0)
+    with pytest.raises(TypeError, match=r"max_factor must be an int >= 1, got '4'"):
+        EchoBatches(loader(), "auto", max_factor="4")
+    with pytest.raises(TypeError, match=r"size must be None or a function .* got 'x'"):
+        EchoBatches(loader(), 2, size="x")
+    with pytest.raises(TypeError, match=r"agree must be None or a callable agreement, got 3 .*"
+                                          r"RankAgreement\(\)"):
+        EchoBatches(loader(), "auto", agree=3)
+
+
+def test_a_one_shot_iterator_is_rejected_since_later_epochs_would_be_empty():
+    with pytest.raises(TypeError, match=r"loader must be re-iterable .* generator"):
+        EchoBatches((torch.zeros(2) for _ in range(3)), 2)
+    with pytest.raises(TypeError, match=r"loader must be re-iterable"):
+        EchoBatches(iter(loader()), 2)

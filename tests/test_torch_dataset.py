@@ -1,5 +1,6 @@
 import collections
 import io
+import json
 import os
 
 import numpy as np
@@ -154,3 +155,135 @@ def test_bad_arguments_are_checked_at_construction():
 def test_state_that_is_not_a_dict_is_rejected():
     with pytest.raises(TypeError, match=r"state must be a dict returned by EchoDataset"):
         EchoDataset(Tokens(3)).load_state_dict(np.zeros(2))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_factor_one_reads_every_example_once_and_counts_it(num_workers):
+    ds = EchoDataset(Tokens(12), factor=1, buffer_size=1)
+    rows = [r for b in DataLoader(ds, batch_size=4, num_workers=num_workers) for r in b.tolist()]
+    assert sorted(r[0] for r in rows) == list(range(12))
+    assert (ds.stats().fresh_examples, ds.stats().emitted_examples) == (12, 12)
+
+
+def _per_rank(n, ranks, num_workers, **kw):
+    """The example indices each rank trained on (copies included), and its batches."""
+    reads, steps = [], []
+    for rank in range(ranks):
+        ds = EchoDataset(Tokens(n), factor=2, buffer_size=4, seed=7, rank=rank,
+                         world_size=ranks, **kw)
+        batches = list(DataLoader(ds, batch_size=3, num_workers=num_workers))
+        reads.append([int(v) for b in batches for v in b[:, 0]])
+        steps.append(len(batches))
+    return reads, steps
+
+
+@pytest.mark.parametrize(("n", "num_workers"), [(9, 0), (10, 2)])
+def test_drop_remainder_gives_every_rank_and_worker_the_same_examples_and_steps(n, num_workers):
+    reads, steps = _per_rank(n, 2, num_workers, drop_remainder=True)
+    shards = 2 * max(num_workers, 1)
+    kept = n - n % shards
+    assert [len(r) for r in reads] == [kept, kept]  # kept / 2 examples each, used twice
+    assert steps[0] == steps[1]
+    used = collections.Counter(i for r in reads for i in r)
+    assert len(used) == kept and set(used.values()) == {2}
+
+
+def test_without_drop_remainder_ranks_differ_by_up_to_num_workers_examples():
+    # 10 examples in 4 shards (2 ranks x 2 workers) of 3, 3, 2, 2: rank 0 reads 6, rank 1 4.
+    reads, _ = _per_rank(10, 2, 2)
+    assert [len(set(r)) for r in reads] == [6, 4]
+    assert sorted(i for r in reads for i in set(r)) == list(range(10))
+
+
+def _make_small():
+    ds = EchoDataset(Tokens(12), augment=jitter, factor=2, buffer_size=5, seed=4)
+    return ds, DataLoader(ds, batch_size=4)
+
+
+def _rows(loader):
+    return [b[:, [0, 2]] for b in loader]
+
+
+@pytest.mark.parametrize("calls_set_epoch", [True, False])
+def test_checkpoint_at_the_end_of_an_epoch_resumes_at_the_start_of_the_next(calls_set_epoch):
+    ds, loader = _make_small()
+    ds.set_epoch(0)
+    list(loader)
+    state = json.loads(json.dumps(ds.state_dict()))
+    ds.set_epoch(1)
+    expected = _rows(loader)
+    assert (state["epoch"], state["pipeline"]) == (1, None)
+    restored, loader2 = _make_small()
+    restored.load_state_dict(state)
+    if calls_set_epoch:
+        restored.set_epoch(1)
+    assert same(_rows(loader2), expected)
+    assert restored.stats() == ds.stats()
+
+
+def test_checkpoint_after_the_last_batch_is_dropped_by_set_epoch_of_the_next_epoch():
+    # 12 examples x 2 = 6 full batches: after the 6th the epoch's end is not yet seen.
+    ds, loader = _make_small()
+    it = iter(loader)
+    for _ in range(6):
+        next(it)
+    state = ds.state_dict()
+    ds.set_epoch(1)
+    expected = _rows(loader)
+    assert state["epoch"] == 0 and state["pipeline"] is not None
+    restored, loader2 = _make_small()
+    restored.load_state_dict(state)
+    restored.set_epoch(1)
+    assert same(_rows(loader2), expected)
+    resumed, loader3 = _make_small()  # without set_epoch: the rest of epoch 0 (none), then 1
+    resumed.load_state_dict(state)
+    assert _rows(loader3) == []
+    assert same(_rows(loader3), expected)
+
+
+def test_stateful_dataloader_restores_a_worker_that_already_ended():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    # 7 examples over 2 workers (4 and 3), factor 3, one example per batch: worker 1
+    # ends after 9 batches while worker 0 has 12.
+    def make():
+        ds = EchoDataset(Tokens(7), augment=jitter, factor=3, buffer_size=1, seed=2)
+        return StatefulDataLoader(ds, batch_size=1, num_workers=2)
+
+    loader = make()
+    it = iter(loader)
+    head = [next(it)[:, [0, 2]] for _ in range(20)]
+    state = loader.state_dict()
+    rest = [b[:, [0, 2]] for b in it]
+    restored = make()
+    restored.load_state_dict(state)
+    assert same([b[:, [0, 2]] for b in restored], rest)
+    assert len(head) + len(rest) == 21
+
+
+def test_rank_and_factor_auto_are_checked_at_construction():
+    with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\), got 5"):
+        EchoDataset(Tokens(8), rank=5, world_size=2)
+    with pytest.raises(ValueError, match=r"world_size must be an int >= 1, got 0"):
+        EchoDataset(Tokens(8), rank=0, world_size=0)
+    with pytest.raises(ValueError, match=r"too few for num_shards=4"):
+        EchoDataset(Tokens(3), rank=3, world_size=4)
+    with pytest.raises(ValueError, match=r"factor='auto' is not supported by EchoDataset.*"
+                                         r"EchoBatches\(loader, factor='auto'\)"):
+        EchoDataset(Tokens(8), factor="auto")
+
+
+def test_stateful_dataloader_checkpoint_at_the_end_of_an_epoch_resumes_at_the_next():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(Tokens(12), augment=jitter, factor=2, buffer_size=5, seed=4)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=0)
+
+    loader = make()
+    list(loader)
+    state = loader.state_dict()
+    second = _rows(loader)
+    restored = make()
+    restored.load_state_dict(state)
+    assert same(_rows(restored), second)

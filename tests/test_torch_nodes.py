@@ -151,6 +151,8 @@ def test_errors_name_the_parameter():
         EchoNode(IterableWrapper([1]), 0.5)
     with pytest.raises(ValueError, match="buffer_size"):
         EchoNode(IterableWrapper([1]), 2, buffer_size=0)
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\)"):
+        EchoNode(IterableWrapper([1]), 2, size="len")  # type: ignore[arg-type]
     node = EchoNode(IterableWrapper([1]), 2)
     with pytest.raises(TypeError, match="initial_state must be a dict returned by EchoNode"):
         node.reset({"epoch": 0})

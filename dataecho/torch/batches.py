@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
-from .._checks import check_factor, check_iterable, check_seed
+from .._checks import check_factor, check_iterable, check_positive_int, check_seed
 from .._rng import derive_seed
 from ..adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo, total_copies
@@ -24,11 +25,12 @@ class EchoBatches:
     schedules and progress bars see the real number of steps; ``set_epoch`` is passed
     to the loader's sampler (``DistributedSampler``) or to the loader.
 
-    In-place safety: the same batch object is yielded ``factor`` times. By default
-    each copy is checked before it is yielded again: if the training step changed a
-    tensor of the batch in place (``x.sub_(mean)``), a ``RuntimeError`` says so
-    instead of silently training on corrupted copies. ``clone=True`` yields clones
-    (costs one copy of the batch per echo) so in-place steps are safe.
+    In-place safety: the copies of a batch are the same object. By default a batch is
+    checked whenever it comes again: if the training step changed a tensor of it in
+    place (``x.sub_(mean)``), a ``RuntimeError`` says so before a corrupted copy is
+    yielded. With ``factor="auto"`` the check covers every batch echoes may be drawn
+    from (the ``buffer_size`` latest), not only the previous one. ``clone=True`` yields
+    clones (costs one copy of the batch per echo) so in-place steps are safe.
 
     Batch echoing repeats the same examples in consecutive steps; the paper found
     example echoing (:class:`dataecho.torch.EchoDataset`) at least as good.
@@ -38,7 +40,8 @@ class EchoBatches:
     (:class:`dataecho.AdaptiveEcho`); ``len()`` is then unknown and a ``TypeError``.
 
     Args:
-        loader: any iterable of batches, re-iterable once per epoch.
+        loader: any iterable of batches, re-iterable once per epoch (a DataLoader, a
+            list); a one-shot iterator or generator is rejected.
         factor: echo factor >= 1, fractional allowed, or ``"auto"``.
         max_factor: cap on uses per fresh batch with ``factor="auto"``.
         buffer_size: with ``factor="auto"``, recent batches echoes are drawn from
@@ -48,7 +51,7 @@ class EchoBatches:
             ``dataecho.torch_distributed.RankAgreement()`` so ranks take equal steps.
         seed: seed of the fractional draws (each epoch derives its own).
         clone: yield clones so the step may modify batches in place.
-        check_inplace: detect in-place modification (free: reads tensor versions).
+        check_inplace: detect in-place modification (cheap: reads tensor versions).
         size: examples in a batch, for accounting (default: first dimension of the
             first tensor found in the batch).
 
@@ -75,13 +78,27 @@ class EchoBatches:
         check_inplace: bool = True,
         size: Callable[[Any], int] | None = None,
     ) -> None:
-        self.loader = check_iterable(loader, "loader")
+        self.loader = _check_loader(loader)
         self.auto = factor == "auto"
         self.factor = 1.0 if self.auto else check_factor(factor)
-        self.max_factor, self.agree = max_factor, agree
-        self.buffer_size = buffer_size
+        self.max_factor = check_positive_int(max_factor, "max_factor")
+        self.buffer_size = None if buffer_size is None else check_positive_int(
+            buffer_size, "buffer_size")
+        if agree is not None and not callable(agree):
+            raise TypeError(
+                f"agree must be None or a callable agreement, got {agree!r} of type "
+                f"{type(agree).__name__}; pass dataecho.torch_distributed.RankAgreement() "
+                "under DDP, or leave it None"
+            )
+        self.agree = agree
         self.seed = check_seed(seed)
         self.clone, self.check_inplace = bool(clone), bool(check_inplace)
+        if size is not None and not callable(size):
+            raise TypeError(
+                f"size must be None or a function batch -> number of examples, got "
+                f"{size!r} of type {type(size).__name__}; pass e.g. size=len, or leave it "
+                "None to count the first dimension of the batch's first tensor"
+            )
         self.size = size or batch_size_of
         self.epoch = 0
         self._echo: Stage[Any] | None = None
@@ -109,12 +126,15 @@ class EchoBatches:
                 target.set_epoch(epoch)  # type: ignore[union-attr]
                 break
 
+    def _echo_buffer(self) -> int:
+        return DEFAULT_BUFFER if self.buffer_size is None else self.buffer_size
+
     def _make_echo(self) -> Stage[Any]:
         upstream = as_stage(self.loader)
         if self.auto:
             return AdaptiveEcho(upstream, max_factor=self.max_factor, seed=self._epoch_seed(),
                                 size=self.size, agree=self.agree,
-                                buffer_size=self.buffer_size or DEFAULT_BUFFER)
+                                buffer_size=self._echo_buffer())
         return Echo(upstream, self.factor, seed=self._epoch_seed(), size=self.size)
 
     def __iter__(self) -> Iterator[Any]:
@@ -124,18 +144,13 @@ class EchoBatches:
             echo.load_state_dict(self._pending)
             self._pending = None
         self._echo = echo
-        prev: Any = None
-        versions: list[int] = []
+        # Batches that may still come again: the last one for a fixed factor (copies
+        # are adjacent), the echo buffer's for "auto" (it draws from its latest items).
+        seen = _Seen(self._echo_buffer() if self.auto else 1) if self.check_inplace else None
         try:
             for batch in echo:
-                if batch is prev and self.check_inplace and versions != _versions(batch):
-                    raise RuntimeError(
-                        "the training step modified an echoed batch in place (a tensor's "
-                        "version counter changed), so its next copy would be corrupted; pass "
-                        "clone=True to EchoBatches, or avoid in-place ops on the input batch"
-                    )
-                prev = batch
-                versions = _versions(batch) if self.check_inplace else []
+                if seen is not None:
+                    seen.check(batch)
                 # A fixed factor knows whether another copy follows; "auto" cannot.
                 repeats = self.auto or getattr(echo, "_left", 0) > 0
                 yield _clone(batch) if self.clone and repeats else batch
@@ -185,6 +200,45 @@ class EchoBatches:
         factor = "auto" if self.auto else self.factor
         return (f"EchoBatches(<{type(self.loader).__name__}>, factor={factor!r}, "
                 f"seed={self.seed!r}, clone={self.clone!r})")
+
+
+def _check_loader(loader: object) -> Iterable[Any]:
+    loader = check_iterable(loader, "loader")
+    # Not iter(loader) is loader: iterating a DataLoader would start its workers.
+    if isinstance(loader, Iterator):
+        raise TypeError(
+            f"loader must be re-iterable (iterated once per epoch), got a one-shot "
+            f"iterator ({type(loader).__name__}) whose later epochs would be empty; pass "
+            "the DataLoader (or list) itself rather than iter(...) or a generator, or an "
+            "object whose __iter__ returns a fresh generator"
+        )
+    return loader
+
+
+class _Seen:
+    """Tensor versions of the last ``size`` distinct batches yielded, by first use.
+
+    Holding the batches keeps their ids from being reused by new objects; it keeps at
+    most ``size`` batches alive, those the echo stage may still echo.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._versions: OrderedDict[int, tuple[Any, list[int]]] = OrderedDict()
+
+    def check(self, batch: Any) -> None:
+        """Raises if ``batch`` was yielded before and changed in place since; records it."""
+        now = _versions(batch)
+        entry = self._versions.get(id(batch))
+        if entry is not None and entry[1] != now:
+            raise RuntimeError(
+                "the training step modified an echoed batch in place (a tensor's version "
+                "counter changed), so its next copy would be corrupted; pass clone=True to "
+                "EchoBatches, or avoid in-place ops on the input batch"
+            )
+        self._versions[id(batch)] = (batch, now)  # a known id keeps its place
+        if len(self._versions) > self.size:
+            self._versions.popitem(last=False)
 
 
 def _tensors(batch: Any) -> Iterator[torch.Tensor]:

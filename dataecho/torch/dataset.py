@@ -12,7 +12,7 @@ from .._checks import check_positive_int
 from ..pipeline import pipeline
 from ..stage import Stage, State
 from ..stats import EchoStats, chain
-from .sharding import shard_of
+from .sharding import check_rank, shard_of
 
 # Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
 # per worker; the main process (num_workers=0) uses slot 0.
@@ -27,13 +27,27 @@ class EchoDataset(IterableDataset[Any]):
     are made in the worker, after the expensive ``dataset[i]`` and before (or after)
     ``augment``, then spread by a per-worker shuffle window. The DataLoader batches.
 
+    Shards: worker ``w`` of rank ``r`` reads shard ``r * num_workers + w`` of
+    ``world_size * num_workers``. Shards differ by at most one example, so ranks may
+    differ by up to ``num_workers`` examples per epoch; ``drop_remainder=True`` makes
+    every shard equally long, and with an integer ``factor`` every rank then takes the
+    same number of steps, which DDP needs (a fractional factor draws each shard's extra
+    copies separately, so counts still differ: give DDP a step budget).
+
     Epochs: call :meth:`set_epoch` before each epoch, as with ``DistributedSampler``.
     With ``persistent_workers=True`` (workers keep their copy of this object) or
     ``num_workers=0`` every new iteration also advances the epoch by itself.
 
     Checkpoints: with ``num_workers=0``, :meth:`state_dict` taken between batches
-    resumes exactly. With workers, use torchdata's ``StatefulDataLoader``, which calls
+    resumes exactly; taken after an epoch was read to its end, it resumes at the start
+    of the next epoch. With workers, use torchdata's ``StatefulDataLoader``, which calls
     ``state_dict`` inside each worker (the iterator it gets is a checkpointable stage).
+
+    ``factor="auto"`` is not supported here: adaptive echoing decides at each training
+    step whether fresh data is late, which a DataLoader worker cannot see. Use
+    ``EchoBatches(loader, factor="auto")`` around the DataLoader, or
+    ``dataecho.pipeline(..., factor="auto")`` (:class:`dataecho.AdaptiveExamples`) in
+    the training process.
 
     Args:
         dataset: map-style data set of decoded examples (``len`` and ``[i]``).
@@ -41,9 +55,12 @@ class EchoDataset(IterableDataset[Any]):
             seed, epoch, shard and position), or None.
         echo: ``"before_augmentation"`` (copies augmented independently, the paper's
             best) or ``"after_augmentation"`` (identical copies).
-        factor: echo factor >= 1, fractional allowed.
+        factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline).
         buffer_size: per-worker shuffle window after the echo stage (1 = none).
-        shuffle, seed, drop_remainder: as in :class:`dataecho.Source`.
+        shuffle, seed: as in :class:`dataecho.Source`.
+        drop_remainder: drop ``len(dataset) % (world_size * num_workers)`` examples of
+            each epoch (a different few each epoch) so every shard has the same length.
+            Default False: nothing is dropped.
         rank, world_size: override the DDP rank (default: from torch.distributed).
 
     Example:
@@ -74,26 +91,47 @@ class EchoDataset(IterableDataset[Any]):
                 f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
                 f"{echo!r}; for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches"
             )
+        if isinstance(factor, str) and factor == "auto":
+            raise ValueError(
+                "factor='auto' is not supported by EchoDataset: adaptive echoing decides at "
+                "each training step whether fresh data is late, which a DataLoader worker "
+                "cannot see; pass a fixed factor such as factor=2, or wrap the DataLoader in "
+                "dataecho.torch.EchoBatches(loader, factor='auto') for adaptive batch "
+                "echoing, or use dataecho.pipeline(data, factor='auto', batch_size=...) "
+                "(dataecho.AdaptiveExamples) for adaptive example echoing"
+            )
         self.kwargs: dict[str, Any] = dict(
             augment=augment, echo=echo, factor=factor, batch_size=None,
             buffer_size=check_positive_int(buffer_size, "buffer_size"), shuffle=shuffle,
-            seed=seed, num_epochs=1)
+            seed=seed, num_epochs=1, drop_remainder=bool(drop_remainder))
         self.dataset = dataset
-        self.drop_remainder = drop_remainder
-        self.rank, self.world_size = rank, world_size
-        # Build once to validate every argument now; keep only its repr, since the
-        # object is pickled to every worker and a Source holds a whole permutation.
-        self._repr = repr(pipeline(dataset, **self.kwargs))
+        self.drop_remainder = bool(drop_remainder)
+        self.rank, self.world_size = check_rank(rank, world_size)
+        # Build once to validate every argument now (the explicit rank's shard too);
+        # keep only its repr, since the object is pickled to every worker and a Source
+        # holds a whole permutation.
+        shard, shards = 0, 1
+        if self.rank is not None and self.world_size is not None:
+            shard, shards = self.rank, self.world_size
+        self._repr = repr(pipeline(dataset, **self.kwargs, shard_index=shard,
+                                   num_shards=shards))
         self._epoch = 0
         self._started = 0  # iterations begun by this copy of the object
-        self._pipe: Stage[Any] | None = None
-        self._pending: Mapping[str, Any] | None = None
+        self._pipe: _Counted | None = None
+        self._pending: tuple[int, Mapping[str, Any]] | None = None  # (epoch, state)
         self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * _SLOTS)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch whose permutation the next iteration reads."""
+        """Sets the epoch whose permutation the next iteration reads.
+
+        A checkpoint loaded for another epoch is dropped (its epoch is over or skipped);
+        one loaded for this epoch still resumes where it stopped.
+        """
         self._epoch = check_positive_int(epoch, "epoch", minimum=0)
         self._started = 0
+        self._pipe = None  # the position in an earlier iteration is no longer resumed
+        if self._pending is not None and self._pending[0] != self._epoch:
+            self._pending = None
 
     def _build(self, epoch: int) -> Stage[Any]:
         shard, shards = shard_of(self.rank, self.world_size)
@@ -105,17 +143,29 @@ class EchoDataset(IterableDataset[Any]):
         self._started += 1
         pipe = self._build(epoch)
         if self._pending is not None:
-            pipe.load_state_dict(self._pending)
+            pipe.load_state_dict(self._pending[1])
             self._pending = None
-        self._pipe = _Counted(pipe, self._counts, _worker_slot())
+        self._pipe = _Counted(pipe, self._counts, _worker_slot(), epoch, self._rewind)
         return self._pipe
 
+    def _rewind(self) -> None:
+        # The iteration just begun was restored as the already finished previous epoch.
+        self._started = max(self._started - 1, 0)
+
     def state_dict(self) -> State:
-        """The epoch being read and, once iteration began, the position within it."""
-        epoch = self._epoch + max(self._started - 1, 0)
+        """The epoch to resume and, within it, the position (None: from its start).
+
+        Taken after an epoch was read to its end, it names the next epoch.
+        """
+        pipe = self._pipe
+        if pipe is not None and not pipe.ended:
+            epoch, position = pipe.epoch, pipe.state_dict()
+        elif self._pending is not None:
+            epoch, position = self._pending[0], dict(self._pending[1])
+        else:
+            epoch, position = self._epoch + self._started, None
         totals = self.stats()
-        return {"epoch": epoch,
-                "pipeline": None if self._pipe is None else self._pipe.state_dict(),
+        return {"epoch": epoch, "pipeline": position,
                 "totals": [totals.fresh_examples, totals.emitted_examples]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -125,14 +175,15 @@ class EchoDataset(IterableDataset[Any]):
                 "state must be a dict returned by EchoDataset.state_dict(), got "
                 f"{type(state).__name__}; pass the dict saved from the checkpoint"
             )
-        self._epoch, self._started = int(state["epoch"]), 0
-        self._pending = state["pipeline"]
+        self._epoch, self._started, self._pipe = int(state["epoch"]), 0, None
+        position = state.get("pipeline")
+        if isinstance(position, Mapping) and position.get("stage") == "_Counted":
+            position = position["upstream"]
+        self._pending = None if position is None else (self._epoch, position)
         if _worker_slot() == 0 and get_worker_info() is None:
             # The main process carries the totals; workers count from the restore on.
             self._counts[:] = [0] * (2 * _SLOTS)
             self._counts[0], self._counts[1] = (int(v) for v in state.get("totals", (0, 0)))
-        if isinstance(self._pending, Mapping) and self._pending.get("stage") == "_Counted":
-            self._pending = self._pending["upstream"]
 
     def stats(self) -> EchoStats:
         """Fresh and emitted examples over all workers of this process, all epochs.
@@ -158,33 +209,69 @@ def _worker_slot() -> int:
 
 
 class _Counted(Stage[Any]):
-    """Publishes the echo counters of a worker's pipeline to shared memory."""
+    """Publishes the counters of a worker's pipeline to shared memory; knows its end.
+
+    Its state says whether the pipeline was read to its end. A ``StatefulDataLoader``
+    restores a worker by loading the dataset's state (which then names the next epoch)
+    and then this state into the new iterator: an ended state keeps that iterator
+    empty, and ``rewind`` lets the dataset's next iteration read that next epoch.
+    """
 
     upstream: Stage[Any]
 
-    def __init__(self, upstream: Stage[Any], counts: Any, slot: int) -> None:
-        self.upstream = upstream
-        self._echo = next(s for s in chain(upstream) if hasattr(s, "echo_counts"))
+    def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
+                 rewind: Callable[[], None]) -> None:
+        self.upstream, self.epoch, self.ended = upstream, epoch, False
+        self._rewind = rewind
+        stages = chain(upstream)
+        self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
+        self._source = stages[0]
         self._counts, self._slot = counts, 2 * slot
+        self._rebase()
+
+    def _read(self) -> tuple[int, int]:
+        if self._echo is not None:
+            fresh, emitted, _, _ = self._echo.echo_counts()
+            return fresh, emitted
+        # No echo stage (factor 1): every example read is emitted once, as in
+        # dataecho.stats.collect, which is too slow to call per example.
+        read = int(getattr(self._source, "items_read", 0))
+        return read, read
+
+    def _rebase(self) -> None:
         # Totals of earlier epochs of this slot, minus what a restored pipeline had counted.
-        fresh, emitted, _, _ = self._echo.echo_counts()
-        self._base = (counts[self._slot] - fresh, counts[self._slot + 1] - emitted)
+        fresh, emitted = self._read()
+        self._base = (self._counts[self._slot] - fresh, self._counts[self._slot + 1] - emitted)
 
     def __next__(self) -> Any:
-        item = next(self.upstream)
-        fresh, emitted, _, _ = self._echo.echo_counts()
-        self._counts[self._slot] = self._base[0] + fresh
-        self._counts[self._slot + 1] = self._base[1] + emitted
+        if self.ended:
+            raise StopIteration
+        try:
+            item = next(self.upstream)
+        except StopIteration:
+            self.ended = True
+            raise
+        finally:
+            fresh, emitted = self._read()
+            self._counts[self._slot] = self._base[0] + fresh
+            self._counts[self._slot + 1] = self._base[1] + emitted
         return item
 
     def _config(self) -> dict[str, Any]:
         return {}
 
     def _get_state(self) -> State:
-        return {"upstream": self.upstream.state_dict()}
+        return {"epoch": self.epoch, "ended": self.ended,
+                "upstream": self.upstream.state_dict()}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
+        if state.get("ended", False):
+            if not self.ended and int(state.get("epoch", self.epoch)) != self.epoch:
+                self._rewind()
+            self.ended = True
+            return
         self.upstream.load_state_dict(state["upstream"])
+        self._rebase()
 
     def __repr__(self) -> str:
         return repr(self.upstream)

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
-from .._checks import check_factor, check_positive_int, check_seed
+from .._checks import check_factor, check_positive_int, check_seed, check_size
 from .._rng import derive_seed
 from ..adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo
@@ -81,7 +81,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         self.buffer_size = None if buffer_size is None else check_positive_int(
             buffer_size, "buffer_size")
         self.seed = check_seed(seed)
-        self.size = size
+        self.size = check_size(size)
         self.max_factor = check_positive_int(max_factor, "max_factor")
         self.epoch = -1  # the first reset() starts epoch 0
         self._stage: Stage[T] | None = None

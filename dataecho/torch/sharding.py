@@ -5,6 +5,30 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from .._checks import check_positive_int
+
+
+def check_rank(rank: int | None, world_size: int | None) -> tuple[int | None, int | None]:
+    """Returns ``(rank, world_size)`` after checking the values that were given.
+
+    None stands for "read it from ``torch.distributed`` when iterating", so only the
+    given values are checked: ``world_size >= 1`` and ``0 <= rank < world_size``.
+
+    Example:
+        >>> check_rank(1, 2), check_rank(None, None)
+        ((1, 2), (None, None))
+    """
+    if world_size is not None:
+        world_size = check_positive_int(world_size, "world_size")
+    if rank is not None:
+        rank = check_positive_int(rank, "rank", minimum=0)
+        if world_size is not None and rank >= world_size:
+            raise ValueError(
+                f"rank must be in [0, world_size={world_size}), got {rank}; pass the "
+                "process's DDP rank, or leave both None to read them from torch.distributed"
+            )
+    return rank, world_size
+
 
 def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """Returns ``(shard_index, num_shards)`` for the calling worker of the calling rank.
@@ -19,6 +43,7 @@ def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[in
         >>> shard_of(rank=1, world_size=2)
         (1, 2)
     """
+    rank, world_size = check_rank(rank, world_size)
     if rank is None or world_size is None:
         ready = dist.is_available() and dist.is_initialized()
         rank = dist.get_rank() if ready and rank is None else (rank or 0)
