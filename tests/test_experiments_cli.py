@@ -37,6 +37,9 @@ def test_smoke_report_shows_every_figure_and_every_finding(smoke):
         assert (out / path).stat().st_size > 1000
     for number in range(1, 8):
         assert f"\n| {number} | " in text
+    # Finding 5 states how much of the largest window was read ahead (10 batches of 32
+    # examples at e = 2).
+    assert "counted as fresh: up to 160" in text
     assert "| digits |" in text  # the speed and cost table
 
 

@@ -268,8 +268,14 @@ def f5_shuffle(work: dict[str, tuple[Results, int]]) -> Finding:
                           key=lambda t: t[0])
             if len(runs) < 2:
                 continue
+            # The window's items are read before they are trained on and count as fresh
+            # when read: up to window / e examples (batches, for batch echoing) more.
+            last = max(c for c in res if c.variant == variant and c.factor == 2
+                       and c.batch_size == b and c.buffer_batches == runs[-1][0])
+            ahead = last.buffer_size * (b if variant == "batch" else 1) / last.factor
             lines.append(f"**{wname}, {name(variant)}**: " + ", ".join(
-                f"buffer {k:g}: {spread_text(r.fresh())}" for k, r in runs))
+                f"buffer {k:g}: {spread_text(r.fresh())}" for k, r in runs) +
+                f" (read-ahead of the largest window, counted as fresh: up to {fmt(ahead)})")
             sign, clear = compare(runs[-1][1].fresh(), runs[0][1].fresh())
             parts.append((-sign, clear))
     return Finding("5", "More shuffling after the echo stage helps both batch and example "
