@@ -55,3 +55,16 @@ def test_the_record_carries_config_pipeline_version_and_timings():
     assert record["config"]["fresh_budget"] == DIGITS.budget(32)
     assert record["pipeline"].startswith("Echo(Batch(")
     assert record["version"] and record["cpu_seconds"] > 0 and record["steps_per_second"] > 0
+
+
+def test_a_trial_depends_on_its_seed_only_and_leaves_the_global_torch_rng_alone():
+    import torch
+
+    trial = Trial(Condition.default("digits", "baseline", 1, 32), HParams(0.1, 0.1), 4)
+    curves = []
+    for outer in (0, 99):
+        torch.manual_seed(outer)
+        state = torch.get_rng_state()
+        curves.append(train(WORKLOADS["digits"], trial)["curve"]["loss"][1:])
+        assert torch.equal(torch.get_rng_state(), state)
+    assert curves[0] == curves[1]

@@ -108,12 +108,15 @@ def train(workload: Workload, trial: Trial, *, prune_at: float | None = None,
         (True, True)
     """
     torch.set_num_threads(1)  # one core per trial; parallelism is across trials
-    torch.manual_seed(trial.seed)
     cond, hp = trial.condition, trial.hparams
     data = workload.data()
     counted = Counted(data.train)
     stage = build_pipeline(workload, cond, trial.seed, counted)
-    model = workload.model()
+    # The initialisation is a function of the seed alone, and the caller's global torch
+    # RNG is left as it was (training itself draws nothing from it).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(trial.seed)
+        model = workload.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=hp.lr, momentum=hp.momentum,
                                 nesterov=True)
     budget = workload.budget(cond.batch_size)
