@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import islice
 from typing import Any
 
 import numpy as np
 
 from ._checks import check_positive_int
 from .iterable import as_stage
-from .stage import Stage, State
+from .stage import Stage, State, read_into
 
 
 def collate(items: Sequence[Any]) -> Any:
@@ -94,9 +93,7 @@ class Batch(Stage[Any]):
     def __next__(self) -> Any:
         if self._items is None:
             self._start, self._items = self.upstream._snapshot(), []
-        items = self._items
-        for item in islice(self.upstream, self.batch_size - len(items)):
-            items.append(item)  # one at a time: what was read survives an upstream error
+        items = read_into(self._items, self.upstream, self.batch_size)
         self._items = None
         if not items:
             raise StopIteration

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from itertools import islice
 from typing import Any, TypeVar
 
 from . import _rng
 from ._checks import check_positive_int, check_seed
 from .iterable import as_stage
-from .stage import Stage, State
+from .stage import Stage, State, read_into
 
 T = TypeVar("T")
 
@@ -69,9 +68,7 @@ class Shuffle(Stage[T]):
                 self._window += 1
             self._buf, self._pos = [], 0
             self._start, self._items = self.upstream.state_dict(), []
-        items = self._items
-        for item in islice(self.upstream, self.buffer_size - len(items)):
-            items.append(item)  # one at a time: what was read survives an upstream error
+        items = read_into(self._items, self.upstream, self.buffer_size)
         self._items = None
         if not items:
             raise StopIteration

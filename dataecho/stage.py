@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -152,3 +153,19 @@ def check_state(stage: Stage[Any], state: object) -> None:
             f"state of {name} was saved with other parameters: {', '.join(diffs)}; "
             "rebuild the pipeline with the saved parameters to resume exactly"
         )
+
+
+def read_into(items: list[Any], upstream: Iterator[Any], size: int) -> list[Any]:
+    """Reads from ``upstream`` until ``items`` holds ``size`` items or it ends.
+
+    One item at a time, so that when the upstream raises (a transient read error) the
+    items read so far stay in ``items`` and a later call finishes the same group: the
+    way ``Batch`` and ``Shuffle`` lose no example to an upstream error.
+
+    Example:
+        >>> read_into([0], iter([1, 2, 3]), 3)
+        [0, 1, 2]
+    """
+    for item in islice(upstream, size - len(items)):
+        items.append(item)
+    return items
