@@ -80,6 +80,7 @@ class Echo(Stage[T]):
         self._item: Any = None
         self._before: Any = None  # upstream snapshot before the item being echoed
         self._left = 0  # copies of _item still to emit
+        self._owed = 0  # copies still to emit of an item a restore has not re-read yet
         self._size = 1  # examples in _item
         self._fresh = self._fresh_ex = self._planned = self._planned_ex = 0
 
@@ -88,6 +89,8 @@ class Echo(Stage[T]):
         if self._left:
             self._left -= 1
             return self._item  # type: ignore[no-any-return]
+        if self._owed:
+            return self._reread()
         n = self._copies(self._fresh) if self._frac else self._base
         # The upstream state before the read is needed only while copies are pending.
         if n > 1:
@@ -104,6 +107,17 @@ class Echo(Stage[T]):
         self._fresh += 1
         self._planned += n
         return item  # type: ignore[no-any-return]
+
+    def _reread(self) -> T:
+        # The item was counted when first read; an upstream error leaves the upstream
+        # where the item starts, so the next call (or a checkpoint) re-reads it again.
+        try:
+            item = next(self.upstream)
+        except BaseException:
+            self.upstream.load_state_dict(self.upstream._expand(self._before))
+            raise
+        self._item, self._left, self._owed = item, self._owed - 1, 0
+        return item
 
     def _copies(self, index: int) -> int:
         if not self._frac:
@@ -123,27 +137,30 @@ class Echo(Stage[T]):
 
     def echo_counts(self) -> tuple[int, int, int, int]:
         """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
-        return (self._fresh_ex, self._planned_ex - self._left * self._size,
-                self._fresh, self._planned - self._left)
+        left = self._left + self._owed
+        return (self._fresh_ex, self._planned_ex - left * self._size,
+                self._fresh, self._planned - left)
 
     def _config(self) -> dict[str, Any]:
         return {"factor": self.factor, "seed": self.seed}
 
     def _get_state(self) -> State:
-        upstream = (self.upstream._expand(self._before) if self._left
+        left = self._left + self._owed
+        upstream = (self.upstream._expand(self._before) if left
                     else self.upstream.state_dict())
-        return {"upstream": upstream, "left": self._left, "size": self._size,
+        return {"upstream": upstream, "left": left, "size": self._size,
                 "fresh": self._fresh, "fresh_examples": self._fresh_ex,
                 "planned": self._planned, "planned_examples": self._planned_ex}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
-        self._left, self._size = int(state["left"]), int(state["size"])
+        self._owed, self._size = int(state["left"]), int(state["size"])
         self._fresh, self._fresh_ex = int(state["fresh"]), int(state["fresh_examples"])
         self._planned, self._planned_ex = int(state["planned"]), int(state["planned_examples"])
-        self._before = self.upstream._snapshot() if self._left else None
-        # Re-read the item being echoed; it was counted when first read.
-        self._item = next(self.upstream) if self._left else None
+        # The item being echoed is re-read by the next next(), not here: restoring reads
+        # no data, and an upstream error there leaves this stage consistent.
+        self._left, self._item = 0, None
+        self._before = self.upstream._snapshot() if self._owed else None
 
 
 def _copies_block(base: int, frac: float, seed: int, block: int) -> np.ndarray:

@@ -76,6 +76,38 @@ def test_restore_mid_echo_rereads_the_item_without_counting_it_again():
     assert restored.stats().fresh_examples == 2
 
 
+class _Flaky:
+    """A map-style data set whose reads of the listed indices fail once each."""
+
+    def __init__(self, items, fail_at):
+        self.items, self.fail = list(items), set(fail_at)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        if i in self.fail:
+            self.fail.discard(i)
+            raise OSError(f"transient read error at {i}")
+        return self.items[i]
+
+
+def test_restore_reads_no_data_and_an_upstream_error_on_the_reread_can_be_retried():
+    stage = Echo(Source(list("abcdef"), shuffle=False), 3)
+    next(stage), next(stage), next(stage), next(stage)  # a a a b
+    state = json.loads(json.dumps(stage.state_dict()))
+    restored = Echo(Source(_Flaky("abcdef", fail_at=[1]), shuffle=False), 3)
+    restored.load_state_dict(state)  # reads nothing, so cannot fail here
+    assert restored.state_dict() == state
+    with pytest.raises(OSError, match="at 1"):
+        next(restored)
+    # Nothing lost or counted twice: the failed re-read is retried by the next call.
+    assert restored.state_dict() == state
+    assert restored.stats() == stage.stats()
+    assert list(restored) == list("bbcccdddeeefff")
+    assert restored.stats().fresh_examples == 6 and restored.stats().emitted_examples == 18
+
+
 def test_restore_of_a_plain_list_upstream_skips_consumed_items():
     assert_restores_everywhere(lambda: Echo([10, 20, 30, 40], 2.5, seed=4))
 
