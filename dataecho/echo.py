@@ -117,7 +117,7 @@ class Echo(Stage[T]):
             self.upstream.load_state_dict(self.upstream._expand(self._before))
             raise
         self._item, self._left, self._owed = item, self._owed - 1, 0
-        return item
+        return item  # type: ignore[no-any-return]
 
     def _copies(self, index: int) -> int:
         if not self._frac:
