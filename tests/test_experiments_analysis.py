@@ -52,3 +52,78 @@ def test_compare_reports_sign_of_medians_and_whether_ranges_are_disjoint():
 def test_fewer_than_three_seeds_never_count_as_clearly_different():
     assert compare(Spread.of([5.0, 6.0]), Spread.of([1.0, 2.0, 3.0])) == (1, False)
     assert verdict([compare(Spread.of([1.0]), Spread.of([9.0]))]) == "inconclusive"
+
+
+def _search(crossings, seed, variant="baseline", factor=1, size=8, trials=None):
+    cond = Condition.default("w", variant, factor, size)
+    return [{**_trial(i, c, seed=seed), "condition": cond.as_dict(),
+             "search_trials": trials or len(crossings)} for i, c in enumerate(crossings)]
+
+
+def test_a_search_still_running_is_left_out_of_every_number_until_complete():
+    done = _search([30.0, 20.0], seed=0) + _search([25.0, 26.0], seed=1)
+    partial = [r for r in _search([5.0, 50.0], seed=2)][:1]  # 1 of 2 trials so far
+    result = collect(done + partial)["w"][Condition.default("w", "baseline", 1, 8)]
+    assert result.fresh().n == 2 and result.fresh().min == 20.0
+    assert result.running == {2: (1, 2)}
+
+
+def _results(per_variant):
+    """Condition results from {(variant, factor, batch): [per-seed crossing]}."""
+    records = []
+    for (variant, factor, size), values in per_variant.items():
+        for seed, value in enumerate(values):
+            records += _search([value], seed, variant, factor, size)
+    return collect(records)["w"]
+
+
+def test_finding_7_treats_ties_and_both_missed_as_inconclusive_not_held():
+    from dataecho.experiments.findings import f7_ranking
+    missed = [None, None, None]
+    res = _results({("baseline", 1, 8): [100.0] * 3,
+                    **{(v, 2, 8): missed for v in ("before_augmentation",
+                                                   "after_augmentation", "batch")}})
+    assert f7_ranking({"w": (res, 8)}).verdict == "inconclusive"
+
+
+def test_finding_4_needs_disjoint_same_seed_ratios_not_just_distant_medians():
+    from dataecho.experiments.findings import f4_batch
+    overlapping = _results({("baseline", 1, 8): [80.0, 90.0, 100.0],
+                            ("batch", 2, 8): [70.0, 90.0, 110.0],
+                            ("baseline", 1, 64): [100.0, 130.0, 160.0],
+                            ("batch", 2, 64): [90.0, 100.0, 170.0]})
+    # Medians of the ratios: 1.00 at B=8, 0.77 at B=64, yet the seeds overlap.
+    assert f4_batch({"w": (overlapping, 8)}).verdict == "partly"
+    clear = _results({("baseline", 1, 8): [80.0, 90.0, 100.0],
+                      ("batch", 2, 8): [78.0, 89.0, 99.0],
+                      ("baseline", 1, 64): [100.0, 130.0, 160.0],
+                      ("batch", 2, 64): [70.0, 91.0, 110.0]})
+    assert f4_batch({"w": (clear, 8)}).verdict == "held"
+
+
+def test_finding_3_judges_where_the_best_factor_lies_and_diminishing_returns():
+    from dataecho.experiments.findings import f3_factor
+    # Best at e=2 and worse with every doubling: the largest factor still beats the
+    # baseline, yet the claim (best e in 4-8) does not hold.
+    res = _results({("baseline", 1, 8): [95.0, 96.0, 97.0],
+                    ("batch", 2, 8): [30.0, 31.0, 32.0],
+                    ("batch", 4, 8): [60.0, 61.0, 62.0],
+                    ("batch", 8, 8): [80.0, 81.0, 82.0]})
+    finding = f3_factor({"w": (res, 8)})
+    assert finding.verdict == "partly" and "best e=2" in finding.measured
+    res = _results({("baseline", 1, 8): [95.0, 96.0, 97.0],
+                    ("batch", 2, 8): [60.0, 61.0, 62.0],
+                    ("batch", 4, 8): [40.0, 41.0, 42.0],
+                    ("batch", 8, 8): [50.0, 51.0, 52.0]})
+    assert f3_factor({"w": (res, 8)}).verdict == "held"
+
+
+def test_figures_draw_a_missed_seed_up_to_the_conditions_own_budget(tmp_path):
+    from dataecho.experiments.figures import fig6_batch
+    records = []
+    for seed, value in enumerate([200.0, 250.0, None]):  # above the default budget of 150
+        for r in _search([value], seed, "baseline", 1, 64):
+            records.append({**r, "config": {"fresh_budget": 300}})
+    res = collect(records)["w"]
+    w = {"name": "w", "batch_size": 8, "fresh_budget": 150}
+    assert fig6_batch(res, w, tmp_path / "f6.png").exists()

@@ -64,3 +64,12 @@ def test_finding_2_without_a_wall_clock_file_is_inconclusive_and_says_how_to_mea
     finding = f2_time({}, {}, None)
     assert finding.verdict == "inconclusive"
     assert "benchmarks/wallclock.py" in finding.measured
+
+
+def test_adaptive_echoing_is_shown_but_does_not_decide_finding_2(tmp_path):
+    # Adaptive echoing is ours, not the paper's: only fixed factors decide the verdict.
+    cells = load(write(tmp_path, runs([0.9, 1.2, 1.4], factor=2.0)
+                       + runs([1.5, 1.6, 1.7], factor="auto")))
+    finding = f2_time({}, {}, cells, "w.json")
+    assert finding.verdict == "partly"
+    assert "before e=auto 1.60x" in finding.measured

@@ -4,7 +4,9 @@ For each (condition, seed) search the best trial is the one with the fewest fres
 examples to the target (interpolated crossing; ties go to the earlier trial). A search
 whose trials all missed the target gives ``inf`` ("not reached within the budget"):
 it is never replaced by an estimate, and a median over seeds that includes it is
-``inf`` whenever half or more of the searches missed.
+``inf`` whenever half or more of the searches missed. A search still running (fewer
+trial records than its ``search_trials``) is left out of every number until it is
+complete: its best so far is not its best.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ConditionResult:
     trials: int = 0  # search trials run (all seeds)
     statuses: dict[str, int] = field(default_factory=dict)  # status -> count
     best: dict[int, Record | None] = field(default_factory=dict)  # seed -> best trial
+    running: dict[int, tuple[int, int]] = field(default_factory=dict)  # seed -> (run, of)
+    budget: int = 0  # fresh-example budget of this condition's trials (grows with B)
     no_harm: dict[int, Record] = field(default_factory=dict)  # seed -> budget-mode trial
 
     def fresh(self, measure: str = "interpolated") -> Spread:
@@ -99,7 +103,22 @@ def prune_at(records: Iterable[Record]) -> float | None:
 
 
 def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionResult]]:
-    """Groups trial records by workload and condition, keeping the best per seed."""
+    """Groups trial records by workload and condition, keeping the best per seed.
+
+    Only complete searches count; incomplete ones are listed in ``running``.
+
+    Example:
+        >>> rec = {"kind": "trial", "mode": "search", "seed": 0, "status": "reached",
+        ...        "search_trials": 2, "index": 0, "crossing": {"interpolated": 5.0},
+        ...        "condition": {"workload": "w", "variant": "baseline", "factor": 1,
+        ...                      "batch_size": 8, "buffer_size": 1}}
+        >>> r = next(iter(collect([rec])["w"].values()))
+        >>> r.best, r.running
+        ({}, {0: (1, 2)})
+        >>> r = next(iter(collect([rec, {**rec, "index": 1}])["w"].values()))
+        >>> r.best[0]["index"], r.running
+        (0, {})
+    """
     searches: dict[tuple[Condition, int], list[Record]] = defaultdict(list)
     out: dict[str, dict[Condition, ConditionResult]] = defaultdict(dict)
     for record in records:
@@ -107,6 +126,7 @@ def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionRes
             continue
         cond = Condition(**record["condition"])
         result = out[cond.workload].setdefault(cond, ConditionResult(cond))
+        result.budget = int(record.get("config", {}).get("fresh_budget", result.budget))
         if record["mode"] == "budget":
             result.no_harm[int(record["seed"])] = record
             continue
@@ -114,7 +134,11 @@ def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionRes
         result.trials += 1
         result.statuses[record["status"]] = result.statuses.get(record["status"], 0) + 1
     for (cond, seed), trials in searches.items():
-        out[cond.workload][cond].best[seed] = best_trial(trials)
+        want = max(int(r.get("search_trials", 0)) for r in trials)
+        if len(trials) < want:
+            out[cond.workload][cond].running[seed] = (len(trials), want)
+        else:
+            out[cond.workload][cond].best[seed] = best_trial(trials)
     return dict(out)
 
 

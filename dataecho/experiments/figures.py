@@ -2,7 +2,8 @@
 
 Every point is the median over seeds of the best trial's fresh examples to the target,
 with min/max error bars; a search that missed the target is drawn as an open marker at
-the budget. The dashed line is the ideal "as good as fresh data": ``F(1)/e``.
+its condition's budget (which grows with the batch size). The dashed line is the ideal
+"as good as fresh data": ``F(1)/e``.
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ def _default_buffer(cond: Condition) -> bool:
     return cond == Condition.default(cond.workload, cond.variant, cond.factor, cond.batch_size)
 
 
-def _point(ax: Any, x: float, s: Spread, budget: float, color: str, label: str | None) -> None:
+def _point(ax: Any, x: float, r: ConditionResult, w: dict[str, Any], color: str,
+           label: str | None) -> None:
+    s = r.fresh()
     if s.n == 0:
         return
+    budget = r.budget or w["fresh_budget"]
     if not math.isfinite(s.median):
         ax.plot([x], [budget], "o", mfc="none", color=color, label=label)
         return
-    top = budget if not math.isfinite(s.max) else s.max
+    # A missed seed draws the bar up to the budget: "more than this", never below the median.
+    top = max(budget, s.median) if not math.isfinite(s.max) else s.max
     ax.errorbar([x], [s.median], yerr=[[s.median - s.min], [top - s.median]], fmt="o",
                 color=color, capsize=3, label=label)
 
@@ -74,7 +79,7 @@ def fig3_variants(results: Results, w: dict[str, Any], path: Path) -> Path:
     conds = sorted((c for c in results if c.batch_size == w["batch_size"] and c.factor in (1, 2)
                     and _default_buffer(c)), key=lambda c: list(VARIANT_NAMES).index(c.variant))
     for i, c in enumerate(conds):
-        _point(ax, i, results[c].fresh(), w["fresh_budget"], COLORS[c.variant], None)
+        _point(ax, i, results[c], w, COLORS[c.variant], None)
     base = _baseline(results, w["batch_size"])
     if base is not None and math.isfinite(base.median):
         ax.axhline(base.median, color="0.4", lw=1, label="baseline F(1)")
@@ -101,8 +106,7 @@ def _sweep(results: Results, w: dict[str, Any], path: Path, title: str, xlabel: 
         if len(finite) > 1:
             ax.plot(*zip(*finite, strict=True), "-", color=color, alpha=0.5)
         for c in conds:
-            _point(ax, x_of(c), results[c].fresh(), w["fresh_budget"], COLORS[c.variant],
-                   VARIANT_NAMES[c.variant])
+            _point(ax, x_of(c), results[c], w, COLORS[c.variant], VARIANT_NAMES[c.variant])
     line = [(x, ideal(x)) for x in xs_ideal]
     line = [(x, y) for x, y in line if y is not None and math.isfinite(y)]
     if line:
@@ -148,8 +152,7 @@ def _fig7_lines(results: Results, w: dict[str, Any], path: Path, base: Spread | 
                         and c.batch_size == w["batch_size"]), key=lambda c: c.buffer_batches)
         xs = [math.log2(1 + c.buffer_batches) for c in conds]
         for x, c in zip(xs, conds, strict=True):
-            _point(ax, x, results[c].fresh(), w["fresh_budget"], COLORS[variant],
-                   VARIANT_NAMES[variant])
+            _point(ax, x, results[c], w, COLORS[variant], VARIANT_NAMES[variant])
         meds = [results[c].fresh().median for c in conds]
         ax.plot([x for x, m in zip(xs, meds, strict=True) if math.isfinite(m)],
                 [m for m in meds if math.isfinite(m)], "-", color=COLORS[variant], alpha=0.5)

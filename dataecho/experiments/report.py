@@ -2,7 +2,8 @@
 
 It is built from the result store alone (every record carries its resolved config),
 so ``dataecho report`` can redraw it at any time, also from a partial run: conditions
-not yet run are simply absent and the verdicts say "no data".
+not yet run are simply absent and the verdicts say "no data"; searches still running
+are listed with their trial count and left out of every number.
 """
 
 from __future__ import annotations
@@ -194,16 +195,25 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
     for cond in sorted(res, key=lambda c: (c.batch_size, list(VARIANT_NAMES).index(c.variant),
                                            c.factor, c.buffer_size)):
         r = res[cond]
+        running = ", ".join(f"seed {seed}: {k}/{n} trials"
+                            for seed, (k, n) in sorted(r.running.items()))
         if not r.best:
+            if running:
+                lines.append(f"| {VARIANT_NAMES[cond.variant]} e={cond.factor} "
+                             f"B={cond.batch_size} | {cond.buffer_batches:g} | 0/0 "
+                             f"(running: {running}) | {r.trials} | | | | | |")
             continue
         s = r.fresh()
+        if running:
+            running = f" (running: {running})"
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
         base = bases.get(cond.batch_size, math.nan)
         ratio = f"{s.median / base:.2f}x (ideal {1 / cond.factor:.2f})" if (
             math.isfinite(base) and math.isfinite(s.median)) else "n/a"
         tag = "" if is_default(cond) else " (buffer sweep)"
         lines.append(f"| {VARIANT_NAMES[cond.variant]} e={cond.factor} B={cond.batch_size}{tag}"
-                     f" | {cond.buffer_batches:g} | {s.finite}/{s.n} | {r.trials} ({statuses})"
+                     f" | {cond.buffer_batches:g} | {s.finite}/{s.n}{running} | {r.trials}"
+                     f" ({statuses})"
                      f" | {spread_text(s)} | {spread_text(r.fresh('first'))} | "
                      f"{spread_text(r.value('steps'))} | "
                      f"{spread_text(r.value('cpu_seconds'), lambda x: f'{x:.0f}')} | {ratio} |")
