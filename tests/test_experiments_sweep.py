@@ -99,3 +99,9 @@ def test_real_training_is_deterministic_so_resumed_trials_match_uninterrupted_on
     first, second = (train(WORKLOADS["digits"], trial) for _ in range(2))
     # NaN (the loss before the first step) is not equal to itself: compare as JSON.
     assert json.dumps(comparable(first)) == json.dumps(comparable(second))
+
+
+def test_a_limit_with_parallel_processes_is_refused_rather_than_ignored(tmp_path):
+    with pytest.raises(ValueError, match="limit=3 needs jobs=1"):
+        sweep.run([PLAN], tmp_path / "s.jsonl", jobs=2, limit=3, echo=lambda _: None)
+    assert not (tmp_path / "s.jsonl").exists()

@@ -134,10 +134,14 @@ def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
         plans: what to run.
         store_path: the JSON-lines store (resumed if it exists).
         jobs: parallel processes; 1 runs in this process.
-        limit: stop after this many new trials (tests use it to simulate a crash).
+        limit: stop after this many new trials (tests use it to simulate a crash);
+            only with ``jobs=1``.
         verbose: print every evaluation.
         echo: where progress lines go.
     """
+    if limit is not None and jobs > 1:
+        raise ValueError(f"limit={limit} needs jobs=1 (parallel processes cannot stop after "
+                         f"an exact number of trials), got jobs={jobs}; pass jobs=1 or no limit")
     store_path = str(store_path)
     units = units_of(plans)
     have = Store(store_path).index()
