@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import math
+import numbers
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -66,28 +67,73 @@ class Profile:
 
 
 def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
-    """The largest quarter-step factor with ``e <= R``, capped at ``max_factor``.
+    """The largest factor ``e <= R`` on a quarter step, capped at ``max_factor``.
+
+    Quarter steps (1.25, 1.5, ...) from ``R = 1.25`` up; below it, where no quarter
+    step above 1 fits, the largest hundredth step (``R = 1.1`` gives 1.1), so a job
+    that is only slightly input-bound still gets a factor above 1 (any ``e >= 1`` is
+    allowed). 1.0 (no echoing) for ``R < 1.01`` and for a ``R`` that is not a number.
 
     Example:
-        >>> fixed_factor(2.7), fixed_factor(9.0), fixed_factor(0.5)
-        (2.5, 4.0, 1.0)
+        >>> fixed_factor(2.7), fixed_factor(9.0), fixed_factor(0.5), fixed_factor(1.13)
+        (2.5, 4.0, 1.0, 1.13)
     """
-    return max(1.0, min(float(max_factor), math.floor(ratio * 4) / 4))
+    max_factor = _check_max_factor(max_factor)
+    if math.isnan(ratio):
+        return 1.0
+    if ratio >= 1.25:
+        e = math.floor(min(ratio, max_factor) * 4) / 4
+    else:  # + 1e-9: 1.15 * 100 is 114.999..., yet 1.15 <= R = 1.15
+        e = math.floor(ratio * 100 + 1e-9) / 100
+    return max(1.0, min(float(max_factor), e))
 
 
 def recommend(ratio: float, stall_fraction: float = math.nan, *,
               max_factor: int = DEFAULT_MAX_FACTOR) -> str:
     """Plain-text advice: input-bound or not, which variant and factor, the bound.
 
+    ``R > 1`` is input-bound; the factor is :func:`fixed_factor`. An infinite ``R``
+    (a step measured at 0 s) or a NaN one gets advice to measure again, not a factor.
+
     Example:
         >>> print(recommend(0.5).splitlines()[0])
         Not input-bound: R = 0.50, the loader keeps up with the step.
+        >>> print(recommend(1.2).splitlines()[1])  # doctest: +ELLIPSIS
+        Fixed factor: e = 1.2. Rule e <= R: ...
     """
-    e = fixed_factor(ratio, max_factor)
-    if e <= 1.0:
+    max_factor = _check_max_factor(max_factor)
+    ratio = _check_real(ratio, "ratio", "R = t_upstream / t_downstream, e.g. ratio=2.5")
+    stall_fraction = _check_real(stall_fraction, "stall_fraction",
+                                 "a share in [0, 1], or leave it out")
+    if math.isnan(ratio):
+        return ("R is undefined (NaN, not a number): there are no valid loader and step "
+                "times to compare, so there is no basis for advice.\n"
+                "Profile again with the real loader and training step (or --step-ms with "
+                "the step's duration) and enough batches to time.")
+    if ratio < 0:
+        raise ValueError(f"ratio must be >= 0 (R = t_upstream / t_downstream, a ratio of "
+                         f"two durations), got {ratio!r}; pass the measured R, e.g. "
+                         "Profile.ratio")
+    if math.isinf(ratio):
+        return ("R is infinite: the training step measured 0 s per call (t_downstream = "
+                "0), so R = t_upstream / t_downstream cannot pick a factor.\n"
+                "Time the real step: pass the training step function (--step MODULE:NAME), "
+                "or its duration (--step-ms, greater than 0), and profile again.")
+    if ratio <= 1.0:
         return (f"Not input-bound: R = {ratio:.2f}, the loader keeps up with the step.\n"
                 "Echoing cannot make this job faster (echoed steps are free only while "
                 "e <= R) and would only repeat data: speed up the step instead.")
+    e = fixed_factor(ratio, max_factor)
+    if max_factor == 1:
+        return (f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator "
+                f"idles {1 - 1 / ratio:.0%} of the time.\n"
+                f"max_factor=1 rules out echoing; pass a larger max_factor (e <= R allows "
+                f"up to e = {fixed_factor(ratio, sys.maxsize):g}) for a recommended factor.")
+    if e <= 1.0:  # 1 < R < 1.01
+        return (f"Barely input-bound: R = {ratio:.4f}; with reading overlapped the "
+                f"accelerator idles {1 - 1 / ratio:.2%} of the time.\n"
+                "Echoing could gain under 1% (the largest hundredth-step factor e <= R is "
+                "1, no echoing): leave it off, or speed up the loader.")
     stall = "" if math.isnan(stall_fraction) else (
         f"; a plain loop measured {stall_fraction:.0%} stall")
     if stall_fraction > 1 - 1 / ratio + 0.03:  # above the overlapped bound
@@ -95,7 +141,8 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
                   "workers, or AdaptiveEcho's prefetch thread) comes first")
     cap = (f" (capped at max_factor={max_factor}: the paper's gains flatten beyond "
            "4-8 and about 4 repeats are nearly as good as fresh data; try up to "
-           f"{math.floor(ratio)} if validation quality holds)") if ratio > max_factor else ""
+           f"{fixed_factor(ratio, sys.maxsize):g} if validation quality holds)"
+           ) if ratio > max_factor else ""
     return "\n".join([
         f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator idles "
         f"{1 - 1 / ratio:.0%} of the time{stall}.",
@@ -110,6 +157,42 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
         "next fresh batch is late and follows R as it drifts, but is not bit-reproducible; "
         "a fixed factor is.",
     ])
+
+
+def _check_max_factor(max_factor: object) -> int:
+    if isinstance(max_factor, bool) or not isinstance(max_factor, numbers.Integral):
+        raise TypeError(
+            f"max_factor must be an int >= 1 (the largest echo factor to recommend), got "
+            f"{max_factor!r} of type {type(max_factor).__name__}; pass e.g. "
+            f"max_factor={DEFAULT_MAX_FACTOR} (the default)")
+    if int(max_factor) < 1:
+        raise ValueError(
+            f"max_factor must be an int >= 1 (the largest echo factor to recommend; 1 never "
+            f"echoes), got {int(max_factor)}; pass e.g. max_factor={DEFAULT_MAX_FACTOR} "
+            "(the default)")
+    return int(max_factor)
+
+
+def _check_real(value: object, name: str, hint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type "
+                        f"{type(value).__name__}; pass {hint}")
+    return float(value)
+
+
+def _check_step(step: object) -> float:
+    """``step`` given as a duration: a finite real >= 0 in seconds."""
+    if isinstance(step, bool) or not isinstance(step, numbers.Real):
+        raise TypeError(
+            f"step must be the training step, callable as step(batch), or its duration in "
+            f"seconds >= 0, got {step!r} of type {type(step).__name__}; pass the step "
+            "function or a duration such as step=0.01")
+    seconds = float(step)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(
+            f"step must be a finite duration in seconds >= 0 (or the step function), got "
+            f"{seconds!r}; pass the step's measured duration, e.g. step=0.01 for 10 ms")
+    return seconds
 
 
 def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
@@ -130,11 +213,18 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     """
     check_iterable(loader, "loader")
     batches = check_positive_int(batches, "batches")
+    warmup = check_positive_int(warmup, "warmup", minimum=0)
     steps = check_positive_int(steps, "steps")
-    run = step if callable(step) else _sleep(float(step))
+    run = step if callable(step) else _sleep(_check_step(step))
     it = iter(loader)
     start = time.perf_counter()
-    batch = next(it)
+    try:
+        batch = next(it)
+    except StopIteration:
+        raise ValueError(
+            f"loader must yield at least warmup + 2 = {warmup + 2} batches (the first, "
+            f"{warmup} warm-up, 1 or more timed), but it yielded none; pass a loader over a "
+            "non-empty data set (and not an iterator that was already used up)") from None
     startup = time.perf_counter() - start
     for item in _take(it, warmup):
         batch = item
@@ -199,6 +289,13 @@ def _load(target: str) -> Any:
     return obj
 
 
+def _check_ms(ms: float, flag: str, example: str) -> float:
+    if not (math.isfinite(ms) and ms >= 0):
+        raise ValueError(f"{flag} must be a finite duration in milliseconds >= 0, got {ms:g}; "
+                         f"pass the measured duration, e.g. {flag} {example}")
+    return ms / 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     """``dataecho profile``: measure R and the stall fraction, print advice.
 
@@ -227,11 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     try:
-        loader = (_synthetic(args.synthetic_upstream_ms / 1e3) if args.module is None
+        loader = (_synthetic(_check_ms(args.synthetic_upstream_ms, "--synthetic-upstream-ms",
+                                       "40")) if args.module is None
                   else _load(args.module))
         if callable(loader) and not isinstance(loader, Iterable):
             loader = loader()
-        step = args.step_ms / 1e3 if args.step is None else _load(args.step)
+        step = (_check_ms(args.step_ms, "--step-ms", "25") if args.step is None
+                else _load(args.step))
+        _check_max_factor(args.max_factor)
         result = profile(loader, step, batches=args.batches, warmup=args.warmup,
                          steps=min(args.batches, 20))
     except (ImportError, AttributeError, TypeError, ValueError) as err:

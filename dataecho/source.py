@@ -26,7 +26,8 @@ class Source(Stage[T]):
         data: a map-style data set (``len`` and integer indexing), e.g. a list, a
             numpy array or a ``torch.utils.data.Dataset``. Indexing it is the expensive
             read/decode step that echoing saves.
-        shuffle: permute each epoch (else read in index order).
+        shuffle: permute each epoch (else read in index order, less the examples
+            ``drop_remainder`` drops).
         seed: the permutation seed.
         num_epochs: epochs to read before stopping; ``None`` reads forever.
         epoch: the first epoch (e.g. from ``set_epoch``).
@@ -34,7 +35,10 @@ class Source(Stage[T]):
         num_shards: how many readers share the data (ranks times workers).
         drop_remainder: drop ``len(data) % num_shards`` examples of each epoch (a
             different few each epoch) so that every shard has the same length, which
-            DDP needs for equal step counts. Off by default: nothing is dropped.
+            DDP needs for equal step counts. With ``shuffle`` they are the last few of
+            the epoch's permutation; without, a block of consecutive indices that moves
+            along each epoch (the last few in epoch 0, then the first few, ...), so
+            each example is dropped in turn. Off by default: nothing is dropped.
 
     Example:
         >>> list(Source(range(6), shuffle=False, shard_index=1, num_shards=2))
@@ -91,12 +95,20 @@ class Source(Stage[T]):
         self._order = self._order_for(self._epoch)
 
     def _order_for(self, epoch: int) -> list[int]:
+        drop = self.size % self.num_shards if self.drop_remainder else 0
         if self.shuffle:
             order = _rng.rng(self.seed, _rng.SOURCE, epoch).permutation(self.size)
+            order = order[: self.size - drop]  # the permutation's last few
+        elif drop:
+            # Index order without a block of `drop` consecutive indices (cyclically) that
+            # moves along by `drop` each epoch: the last few in epoch 0, then the first
+            # few, and so on, so every example is dropped in turn.
+            start = (self.size - drop + epoch * drop) % self.size
+            kept = np.ones(self.size, dtype=bool)
+            kept[(start + np.arange(drop)) % self.size] = False
+            order = np.flatnonzero(kept)
         else:
             order = np.arange(self.size)
-        if self.drop_remainder:
-            order = order[: self.size - self.size % self.num_shards]
         return list(order[self.shard_index :: self.num_shards].tolist())
 
     @property

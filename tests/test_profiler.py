@@ -46,16 +46,89 @@ def test_profile_of_a_too_short_loader_says_what_to_change():
         profile(range(4), step=0.0, warmup=3)
 
 
-@pytest.mark.parametrize(("ratio", "factor"), [(0.5, 1.0), (1.1, 1.0), (1.3, 1.25),
-                                                (2.0, 2.0), (3.9, 3.75), (6.0, 4.0)])
+@pytest.mark.parametrize(("ratio", "factor"), [(0.5, 1.0), (1.005, 1.0), (1.1, 1.1),
+                                                (1.15, 1.15), (1.249, 1.24), (1.3, 1.25),
+                                                (2.0, 2.0), (3.9, 3.75), (6.0, 4.0),
+                                                (float("inf"), 4.0)])
 def test_fixed_factor_never_exceeds_r_or_the_cap(ratio, factor):
     assert fixed_factor(ratio) == factor
+    assert fixed_factor(ratio) <= max(ratio, 1.0)
+
+
+@pytest.mark.parametrize("ratio", [1.2, 1.01, 1.1])
+def test_r_just_above_one_is_input_bound_with_a_fractional_factor(ratio):
+    text = recommend(ratio, 0.1)
+    assert text.startswith(f"Input-bound: R = {ratio:.2f}")
+    assert f"e = {ratio:g}." in text and f"factor={ratio:g})" in text
+
+
+def test_r_barely_above_one_is_input_bound_but_not_worth_echoing():
+    text = recommend(1.004)
+    assert text.startswith("Barely input-bound: R = 1.0040")
+    assert "leave it off" in text
+
+
+@pytest.mark.parametrize("max_factor", [0, -2])
+def test_max_factor_below_one_is_an_error_naming_it(max_factor):
+    with pytest.raises(ValueError, match=rf"max_factor must be an int >= 1 .*got "
+                                         rf"{max_factor}; pass e.g. max_factor=4"):
+        recommend(4.0, 0.75, max_factor=max_factor)
+    with pytest.raises(ValueError, match="max_factor must be an int >= 1"):
+        Profile(0.04, 0.01, 0.8, 50).recommendation(max_factor=max_factor)
+    with pytest.raises(TypeError, match=r"max_factor must be an int >= 1 .*got 2.5"):
+        fixed_factor(3.0, max_factor=2.5)
+
+
+def test_max_factor_one_says_echoing_is_ruled_out():
+    text = recommend(3.0, max_factor=1)
+    assert text.startswith("Input-bound: R = 3.00") and "max_factor=1 rules out echoing" in text
+    assert "up to e = 3" in text
+
+
+def test_infinite_and_nan_r_get_advice_to_measure_again_not_a_crash():
+    assert Profile(0.04, 0.0, 0.8, 50).ratio == float("inf")
+    text = Profile(0.04, 0.0, 0.8, 50).recommendation()
+    assert text.startswith("R is infinite: the training step measured 0 s per call")
+    assert "profile again" in text
+    assert recommend(float("nan")).startswith("R is undefined (NaN")
+
+
+def test_negative_or_non_numeric_r_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r"ratio must be >= 0 .*got -1.0"):
+        recommend(-1.0)
+    with pytest.raises(TypeError, match=r"ratio must be a real number, got '2'"):
+        recommend("2")
 
 
 def test_advice_when_not_input_bound_is_to_leave_echoing_off():
     text = recommend(0.8)
     assert text.startswith("Not input-bound: R = 0.80")
     assert "e <= R" in text
+    assert recommend(1.0).startswith("Not input-bound: R = 1.00")
+
+
+def test_profile_of_an_empty_loader_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"loader must yield at least warmup \+ 2 = 5 "
+                                         r"batches .* but it yielded none"):
+        profile([], 0.001)
+
+
+@pytest.mark.parametrize("step", [-0.001, float("nan"), float("inf")])
+def test_profile_rejects_a_step_duration_that_is_not_a_duration(step):
+    with pytest.raises(ValueError, match=r"step must be a finite duration in seconds >= 0 "
+                                         r".*got .*; pass the step's measured duration"):
+        profile(range(10), step, batches=2, warmup=0, steps=1)
+
+
+def test_profile_rejects_a_step_of_the_wrong_type():
+    with pytest.raises(TypeError, match=r"step must be the training step, callable as "
+                                        r"step\(batch\), or its duration .*got '0.01'"):
+        profile(range(10), "0.01", batches=2, warmup=0, steps=1)
+
+
+def test_profile_rejects_a_negative_warmup():
+    with pytest.raises(ValueError, match=r"warmup must be an int >= 0, got -1; pass warmup=0"):
+        profile(range(10), 0.0, warmup=-1)
 
 
 def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
@@ -130,6 +203,30 @@ def test_cli_loads_loader_and_step_from_a_module(tmp_path, monkeypatch, capsys):
     assert code == 0
     numbers = json.loads(capsys.readouterr().out)
     assert numbers["ratio"] < 1 and numbers["batches"] == 5
+
+
+def test_cli_reports_an_empty_loader_without_a_traceback(tmp_path, monkeypatch, capsys):
+    (tmp_path / "emptyloader.py").write_text("def make_loader():\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["--module", "emptyloader:make_loader", "--step-ms", "1"]) == 2
+    assert "loader must yield at least warmup + 2 = 5 batches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--step-ms", "-1"], "--step-ms must be a finite duration in milliseconds >= 0, got -1"),
+    (["--step-ms", "nan"], "--step-ms must be a finite duration in milliseconds >= 0"),
+    (["--step-ms", "1", "--warmup", "-1"], "warmup must be an int >= 0, got -1"),
+    (["--step-ms", "1", "--max-factor", "0"], "max_factor must be an int >= 1"),
+])
+def test_cli_rejects_bad_durations_and_counts_with_a_message(args, message, capsys):
+    assert main(["--synthetic-upstream-ms", "1", "--batches", "2", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_rejects_a_negative_synthetic_upstream(capsys):
+    assert main(["--synthetic-upstream-ms", "-5", "--step-ms", "1"]) == 2
+    assert "--synthetic-upstream-ms must be a finite duration in milliseconds >= 0, got -5" \
+        in capsys.readouterr().err
 
 
 def test_cli_reports_a_bad_module_clearly(capsys):

@@ -56,3 +56,37 @@ def test_items_read_counts_reads():
     for _ in range(7):
         next(stage)
     assert stage.items_read == 7 and stage.stats().fresh_examples == 7
+
+
+def _epochs_of_shards(num_epochs, **kw):
+    """Per epoch, the examples each shard read: [epoch][shard] -> list."""
+    shards = [list(Source(range(10), num_epochs=num_epochs, shard_index=k, num_shards=3,
+                          drop_remainder=True, **kw)) for k in range(3)]
+    return [[s[e * 3:(e + 1) * 3] for s in shards] for e in range(num_epochs)]
+
+
+def test_drop_remainder_without_shuffle_drops_a_different_example_each_epoch():
+    # 10 examples in 3 shards: 1 dropped per epoch, the last one first, then in turn.
+    dropped = []
+    for shards in _epochs_of_shards(10, shuffle=False):
+        read = [x for s in shards for x in s]
+        assert len(read) == len(set(read)) == 9  # disjoint, and all but the dropped one
+        assert all(s == sorted(s) for s in shards)  # still in index order
+        dropped.extend(set(range(10)) - set(read))
+    assert dropped == [9, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_drop_remainder_without_shuffle_restores_across_epochs():
+    assert_restores_everywhere(lambda: Source(range(7), shuffle=False, num_epochs=3,
+                                              shard_index=1, num_shards=3,
+                                              drop_remainder=True))
+
+
+def test_drop_remainder_with_shuffle_keeps_the_permutations_tail_dropped():
+    # Bit for bit as before: shard k reads positions k, k + n, ... of the permutation
+    # less its last len % n entries.
+    from dataecho import _rng
+
+    for epoch, shards in enumerate(_epochs_of_shards(3, seed=3)):
+        order = _rng.rng(3, _rng.SOURCE, epoch).permutation(10)[:9]
+        assert shards == [order[k::3].tolist() for k in range(3)]

@@ -148,7 +148,7 @@ def test_batch_echoing_is_rejected_with_a_pointer_to_echo_batches():
 def test_bad_arguments_are_checked_at_construction():
     with pytest.raises(ValueError, match=r"factor must be >= 1"):
         EchoDataset(Tokens(3), factor=0.5)
-    with pytest.raises(ValueError, match=r"data is empty"):
+    with pytest.raises(ValueError, match=r"dataset is empty \(len\(dataset\) == 0\)"):
         EchoDataset(Tokens(0))
 
 
@@ -287,3 +287,69 @@ def test_stateful_dataloader_checkpoint_at_the_end_of_an_epoch_resumes_at_the_ne
     restored = make()
     restored.load_state_dict(state)
     assert same(_rows(restored), second)
+
+
+def _ddp_rank_reads(rank, init_file, out_dir):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    reads = {}
+    for workers, context in [(0, None), (1, "spawn")]:
+        ds = EchoDataset(list(range(10)), factor=1, buffer_size=1, shuffle=False)
+        kw = {"multiprocessing_context": context} if context else {}
+        loader = DataLoader(ds, batch_size=5, num_workers=workers, **kw)
+        reads[str(workers)] = {"seen": [int(v) for b in loader for v in b],
+                               "fresh": ds.stats().fresh_examples}
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(reads, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_ddp_ranks_read_their_own_shard_also_in_spawned_workers(tmp_path):
+    # Spawned (and forkserver) DataLoader workers have no process group: the rank is
+    # read in the training process, when the dataset is pickled for the workers.
+    import torch.multiprocessing as mp
+
+    # The ranks are forked (fast: torch is already imported); their workers are spawned.
+    mp.start_processes(_ddp_rank_reads, args=(str(tmp_path / "init"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for workers in ("0", "1"):
+        seen = [ranks[r][workers]["seen"] for r in (0, 1)]
+        assert seen == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], f"num_workers={workers}"
+        assert [ranks[r][workers]["fresh"] for r in (0, 1)] == [5, 5]
+
+
+def test_pickled_dataset_carries_the_rank_of_the_training_process(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 3)
+    ds = EchoDataset(list(range(9)), factor=1)
+    state = ds.__getstate__()  # what pickle sends to spawned workers
+    assert (state["rank"], state["world_size"]) == (1, 3)
+    assert (ds.rank, ds.world_size) == (None, None)  # the object itself is unchanged
+    explicit = EchoDataset(list(range(9)), rank=0, world_size=2).__getstate__()
+    assert (explicit["rank"], explicit["world_size"]) == (0, 2)
+
+
+def test_dataset_and_augment_errors_name_those_parameters():
+    with pytest.raises(TypeError, match=r"^augment must be callable as augment\(example\) or "
+                                        r"augment\(example, rng\), or None, got 'flip'"):
+        EchoDataset(Tokens(3), augment="flip")
+    with pytest.raises(TypeError, match=r"^dataset must be a map-style data set .*got object"):
+        EchoDataset(object())
+
+
+def test_too_many_workers_is_reported_as_num_workers(monkeypatch):
+    import types
+
+    from dataecho.torch import dataset as module
+
+    info = types.SimpleNamespace(id=0, num_workers=300)
+    monkeypatch.setattr(module, "get_worker_info", lambda: info)
+    with pytest.raises(ValueError, match=r"num_workers must be <= 256 for EchoDataset .*got "
+                                         r"300; pass DataLoader\(\.\.\., num_workers=256\)"):
+        module._worker_slot()

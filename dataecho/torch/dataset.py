@@ -12,7 +12,7 @@ from .._checks import check_positive_int
 from ..pipeline import pipeline
 from ..stage import Stage, State
 from ..stats import EchoStats, chain
-from .sharding import check_rank, shard_of
+from .sharding import check_rank, resolve_rank, shard_of
 
 # Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
 # per worker; the main process (num_workers=0) uses slot 0.
@@ -51,17 +51,21 @@ class EchoDataset(IterableDataset[Any]):
 
     Args:
         dataset: map-style data set of decoded examples (``len`` and ``[i]``).
-        augment: ``fn(example)`` or ``fn(example, rng)`` (numpy Generator keyed by
-            seed, epoch, shard and position), or None.
+        augment: ``augment(example)`` or ``augment(example, rng)`` (numpy Generator
+            keyed by seed, epoch, shard and position), or None.
         echo: ``"before_augmentation"`` (copies augmented independently, the paper's
             best) or ``"after_augmentation"`` (identical copies).
         factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline).
         buffer_size: per-worker shuffle window after the echo stage (1 = none).
         shuffle, seed: as in :class:`dataecho.Source`.
         drop_remainder: drop ``len(dataset) % (world_size * num_workers)`` examples of
-            each epoch (a different few each epoch) so every shard has the same length.
-            Default False: nothing is dropped.
-        rank, world_size: override the DDP rank (default: from torch.distributed).
+            each epoch (a different few each epoch, also with ``shuffle=False``; see
+            :class:`dataecho.Source`) so every shard has the same length. Default
+            False: nothing is dropped.
+        rank, world_size: override the DDP rank (default: from torch.distributed, read
+            in the training process when iteration starts or when the DataLoader hands
+            this object to its workers, so ``spawn`` and ``forkserver`` workers, which
+            have no process group, still read their rank's shard).
 
     Example:
         >>> import torch
@@ -86,6 +90,23 @@ class EchoDataset(IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(
+                f"dataset must be a map-style data set with len() and integer indexing "
+                f"(a torch Dataset, a list, a numpy array), got {type(dataset).__name__}; "
+                "for a stream (an IterableDataset) wrap its DataLoader in "
+                "dataecho.torch.EchoBatches instead, or materialise it with list(...)"
+            )
+        if len(dataset) == 0:
+            raise ValueError(
+                "dataset is empty (len(dataset) == 0); pass a data set with examples"
+            )
+        if augment is not None and not callable(augment):
+            raise TypeError(
+                f"augment must be callable as augment(example) or augment(example, rng), "
+                f"or None, got {augment!r} of type {type(augment).__name__}; pass a "
+                "function, or None for no augmentation"
+            )
         if echo not in ("before_augmentation", "after_augmentation"):
             raise ValueError(
                 f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
@@ -120,6 +141,13 @@ class EchoDataset(IterableDataset[Any]):
         self._pipe: _Counted | None = None
         self._pending: tuple[int, Mapping[str, Any]] | None = None  # (epoch, state)
         self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * _SLOTS)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
+        # so the rank and world size are read here, in the training process.
+        state = self.__dict__.copy()
+        state["rank"], state["world_size"] = resolve_rank(self.rank, self.world_size)
+        return state
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose permutation the next iteration reads.
@@ -188,6 +216,13 @@ class EchoDataset(IterableDataset[Any]):
     def stats(self) -> EchoStats:
         """Fresh and emitted examples over all workers of this process, all epochs.
 
+        Counted where this dataset hands examples to the DataLoader, not where the
+        training loop receives them: ``emitted_examples`` includes the examples that
+        ``DataLoader(drop_last=True)`` drops from each worker's last, incomplete batch,
+        and those of batches the workers prefetched but the loop has not taken yet (or
+        never will, if it stops early). For what the steps used, count the batches'
+        lengths in the loop.
+
         Counted since construction, or since :meth:`load_state_dict` in the main process
         plus the totals that checkpoint carried. Workers restored by a
         ``StatefulDataLoader`` count from the restore on.
@@ -202,10 +237,15 @@ class EchoDataset(IterableDataset[Any]):
 
 def _worker_slot() -> int:
     info = get_worker_info()
-    slot = 0 if info is None else info.id
-    if slot >= _SLOTS:
-        raise ValueError(f"num_workers must be < {_SLOTS} for EchoDataset, got {slot + 1}")
-    return slot
+    if info is None:
+        return 0
+    if info.num_workers > _SLOTS:
+        raise ValueError(
+            f"num_workers must be <= {_SLOTS} for EchoDataset (one shared counter per "
+            f"worker), got {info.num_workers}; pass DataLoader(..., num_workers={_SLOTS}) "
+            "or fewer"
+        )
+    return int(info.id)
 
 
 class _Counted(Stage[Any]):

@@ -30,12 +30,30 @@ def check_rank(rank: int | None, world_size: int | None) -> tuple[int | None, in
     return rank, world_size
 
 
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int | None, int | None]:
+    """Fills the None among ``rank`` and ``world_size`` from ``torch.distributed``.
+
+    Only when its default process group is initialised in the calling process; else
+    they stay None. Call it in the training process: a DataLoader worker started
+    with ``spawn`` or ``forkserver`` has no process group of its own.
+
+    Example:
+        >>> resolve_rank(None, None), resolve_rank(1, 2)
+        ((None, None), (1, 2))
+    """
+    if (rank is None or world_size is None) and dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    return rank, world_size
+
+
 def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """Returns ``(shard_index, num_shards)`` for the calling worker of the calling rank.
 
-    Ranks come from ``torch.distributed`` when it is initialised (else rank 0 of 1)
-    unless given; workers from ``get_worker_info()``. Shard ``rank * num_workers +
-    worker`` of ``world_size * num_workers``: disjoint, and together complete.
+    Ranks come from ``torch.distributed`` when it is initialised in the calling
+    process (else rank 0 of 1) unless given; workers from ``get_worker_info()``.
+    Shard ``rank * num_workers + worker`` of ``world_size * num_workers``: disjoint,
+    and together complete.
 
     Example:
         >>> shard_of()
@@ -43,11 +61,8 @@ def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[in
         >>> shard_of(rank=1, world_size=2)
         (1, 2)
     """
-    rank, world_size = check_rank(rank, world_size)
-    if rank is None or world_size is None:
-        ready = dist.is_available() and dist.is_initialized()
-        rank = dist.get_rank() if ready and rank is None else (rank or 0)
-        world_size = dist.get_world_size() if ready and world_size is None else (world_size or 1)
+    rank, world_size = resolve_rank(*check_rank(rank, world_size))
+    rank, world_size = (rank or 0), (world_size or 1)
     if not 0 <= rank < world_size:
         raise ValueError(
             f"rank must be in [0, world_size={world_size}), got {rank}; pass the process's "
