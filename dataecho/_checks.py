@@ -50,6 +50,25 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_augment(augment: object, name: str = "augment") -> Any:
+    """Returns ``augment`` after checking it is None or a function of an example.
+
+    Example:
+        >>> try:
+        ...     check_augment("flip")
+        ... except TypeError as e:
+        ...     print(str(e)[:41])
+        augment must be callable as augment(examp
+    """
+    if augment is not None and not callable(augment):
+        raise TypeError(
+            f"{name} must be callable as {name}(example) or {name}(example, rng), "
+            f"or None, got {augment!r} of type {type(augment).__name__}; pass a "
+            "function, or None for no augmentation"
+        )
+    return augment
+
+
 def check_size(size: object, name: str = "size") -> Any:
     """Returns ``size`` after checking it is None or callable as ``size(item) -> int``."""
     if size is not None and not callable(size):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from ._checks import check_factor, check_positive_int, check_seed
+from ._checks import check_augment, check_factor, check_positive_int, check_seed
 from ._rng import derive_seed
 from .adaptive import DEFAULT_MAX_FACTOR
 from .adaptive_examples import make_auto
@@ -91,6 +91,7 @@ def pipeline(
             f"echo must be one of {', '.join(map(repr, VARIANTS))} or None, got {echo!r}; "
             "pass echo='before_augmentation' for the paper's best variant"
         )
+    check_augment(augment)
     auto = factor == "auto"
     factor = 1.0 if auto else check_factor(factor)
     if max_factor is not None and not auto:

@@ -125,3 +125,8 @@ def test_auto_factor_uses_buffer_size_as_the_adaptive_echo_buffer(variant, kind)
 def test_max_factor_with_a_fixed_factor_is_an_error_not_a_silent_no_op():
     with pytest.raises(ValueError, match=r"max_factor caps factor='auto'.*factor=2.*max_factor=3"):
         dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=8, max_factor=3)
+
+
+def test_an_augment_that_is_not_a_function_is_reported_under_its_own_name():
+    with pytest.raises(TypeError, match=r"augment must be callable .* got 'flip' of type str"):
+        dataecho.pipeline([1, 2, 3], augment="flip", factor=2)

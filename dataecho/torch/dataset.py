@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .._checks import check_positive_int
+from .._checks import check_augment, check_positive_int
 from ..pipeline import pipeline
 from ..stage import Stage, State
 from ..stats import EchoStats, chain
@@ -101,12 +101,7 @@ class EchoDataset(IterableDataset[Any]):
             raise ValueError(
                 "dataset is empty (len(dataset) == 0); pass a data set with examples"
             )
-        if augment is not None and not callable(augment):
-            raise TypeError(
-                f"augment must be callable as augment(example) or augment(example, rng), "
-                f"or None, got {augment!r} of type {type(augment).__name__}; pass a "
-                "function, or None for no augmentation"
-            )
+        check_augment(augment)
         if echo not in ("before_augmentation", "after_augmentation"):
             raise ValueError(
                 f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
