@@ -59,12 +59,16 @@ def batch_len(batch: object) -> int:
     """Examples in a batch: the leading dimension of its first array, else its length.
 
     A tuple is read as a tuple of fields (first field counted), a list as a list of
-    examples; pass ``size=`` to a stage when a batch is laid out otherwise.
+    examples unless it starts with an array or a list of arrays (``default_collate``'s
+    list of fields, nested for nested samples); pass ``size=`` to a stage when a batch
+    is laid out otherwise.
 
     Example:
         >>> import numpy as np
         >>> batch_len((np.zeros((8, 3)), np.zeros(8))), batch_len(["a", "b"]), batch_len(7)
         (8, 2, 1)
+        >>> batch_len([[np.zeros((8, 5)), np.ones((8, 5))], np.zeros(8)])  # [[ids, mask], y]
+        8
     """
     if isinstance(batch, Mapping):
         batch = next(iter(batch.values()), None)
@@ -72,7 +76,11 @@ def batch_len(batch: object) -> int:
     if shape is not None:
         return int(shape[0]) if len(shape) else 1
     if isinstance(batch, tuple | list):
-        if batch and (isinstance(batch, tuple) or hasattr(batch[0], "shape")):
-            return batch_len(batch[0])
+        first = batch[0] if batch else None
+        # default_collate makes lists of fields, nested for nested samples
+        # ([[ids, mask], labels]); a list of anything else is a list of examples.
+        nested = isinstance(first, list) and bool(first) and hasattr(first[0], "shape")
+        if batch and (isinstance(batch, tuple) or hasattr(first, "shape") or nested):
+            return batch_len(first)
         return len(batch)
     return 1

@@ -1,5 +1,7 @@
+import dataclasses
 import io
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -69,9 +71,10 @@ def test_out_of_place_steps_pass_the_check():
 def _restore_everywhere(make):
     reference = make()
     it = iter(reference)
-    outputs, states = [], []
+    outputs, states, stats = [], [], []
     while True:
         states.append(reference.state_dict())
+        stats.append(reference.stats())
         try:
             outputs.append(next(it))
         except StopIteration:
@@ -81,6 +84,11 @@ def _restore_everywhere(make):
         torch.save(states[k], buf)
         restored = make()
         restored.load_state_dict(torch.load(io.BytesIO(buf.getvalue())))
+        # Checkpointing again before the first batch keeps the position and counts.
+        assert restored.stats() == stats[k], f"stats after restoring at {k}"
+        again = make()
+        again.load_state_dict(restored.state_dict())
+        assert same(list(again), outputs[k:]), f"restored twice at {k}"
         assert same(list(restored), outputs[k:]), f"restored at {k}"
         assert restored.stats() == reference.stats()
 
@@ -261,3 +269,171 @@ def test_a_one_shot_iterator_is_rejected_since_later_epochs_would_be_empty():
         EchoBatches((torch.zeros(2) for _ in range(3)), 2)
     with pytest.raises(TypeError, match=r"loader must be re-iterable"):
         EchoBatches(iter(loader()), 2)
+
+
+def test_checkpoint_taken_right_after_a_restore_keeps_the_position_and_counts():
+    def make():
+        return EchoBatches(loader(n=8, batch_size=2), 2)
+
+    first = make()
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    saved, counts = first.state_dict(), first.stats()
+    restored = make()
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == saved
+    assert restored.stats() == counts
+    again = make()
+    again.load_state_dict(restored.state_dict())
+    assert [b[0].item() for b in again] == [4.0, 6.0, 6.0]
+    assert (again.stats().fresh_examples, again.stats().emitted_examples) == (8, 16)
+
+
+def test_auto_factor_checkpoint_right_after_a_restore_keeps_the_counts(no_thread_leak):
+    first = EchoBatches(loader(), "auto")
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    saved, counts = first.state_dict(), first.stats()
+    it.close()
+    restored = EchoBatches(loader(), "auto")
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == saved
+    assert restored.stats() == counts and counts.fresh_items >= 1
+
+
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    x: torch.Tensor
+    n: int = dataclasses.field(default=0, init=False)
+
+
+def test_in_place_modification_of_a_dataclass_batch_is_detected():
+    data = [Pair(torch.ones(2), torch.zeros(2)) for _ in range(2)]
+    with pytest.raises(RuntimeError, match=r"modified an echoed batch in place"):
+        for batch in EchoBatches(data, 2):
+            batch.x.sub_(1)
+
+
+def test_clone_copies_dataclass_and_numpy_batches():
+    batches = [Pair(torch.ones(2), torch.zeros(2)), Frozen(torch.ones(2)),
+               {"x": np.ones(2), "meta": [np.ones(1)]}]
+    seen = []
+    for batch in EchoBatches(batches, 2, clone=True):
+        if isinstance(batch, dict):
+            seen.append(batch["x"].tolist() + batch["meta"][0].tolist())
+            batch["x"] -= 1
+            batch["meta"][0] -= 1
+        else:
+            seen.append(batch.x.tolist())
+            batch.x.sub_(1)
+    assert seen == [[1.0, 1.0]] * 4 + [[1.0, 1.0, 1.0]] * 2
+
+
+def test_numpy_batches_without_clone_are_refused_since_numpy_keeps_no_versions():
+    batches = [{"x": np.ones(2)}, {"x": np.ones(2)}]
+    with pytest.raises(TypeError, match=r"check_inplace=True cannot watch numpy arrays .* "
+                                        r"clone=False; pass clone=True"):
+        next(iter(EchoBatches(batches, 2)))
+    # Nothing is refused where no copy comes again or nothing can change in place.
+    assert len(list(EchoBatches(batches, 1))) == 2
+    assert len(list(EchoBatches(batches, 2, check_inplace=False))) == 4
+    frozen = np.ones(2)
+    frozen.flags.writeable = False
+    assert len(list(EchoBatches([{"x": frozen}], 2))) == 2
+    assert list(EchoBatches([[1, 2], [3, 4]], 2)) == [[1, 2], [1, 2], [3, 4], [3, 4]]
+
+
+def test_inference_tensors_are_not_watched_and_do_not_crash_the_check():
+    with torch.inference_mode():
+        batches = [(torch.zeros(2), torch.ones(2)), (torch.zeros(2), torch.ones(2))]
+    out = list(EchoBatches(batches, 2))
+    assert len(out) == 4 and out[0] is out[1]
+
+
+def test_set_epoch_checks_the_epoch_and_reaches_a_sampler_inside_the_batch_sampler():
+    from torch.utils.data import BatchSampler
+
+    data = torch.arange(16.0)
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=1)
+    batches = DataLoader(data, batch_sampler=BatchSampler(sampler, 4, drop_last=False))
+    echoed = EchoBatches(batches, 2)
+    echoed.set_epoch(3)
+    assert sampler.epoch == 3 and echoed.epoch == 3
+    with pytest.raises(ValueError, match=r"epoch must be an int >= 0, got -1"):
+        echoed.set_epoch(-1)
+    with pytest.raises(TypeError, match=r"epoch must be an int >= 0, got 1.5"):
+        echoed.set_epoch(1.5)
+    assert echoed.epoch == 3
+
+
+def test_set_epoch_of_another_epoch_drops_a_loaded_position():
+    def make():
+        return EchoBatches(loader(n=8, batch_size=2), 2)
+
+    first = make()
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    saved, counts = first.state_dict(), first.stats()
+    restored = make()
+    restored.load_state_dict(saved)
+    restored.set_epoch(1)  # a loop that resumes at the next epoch
+    assert [b.tolist() for b in restored] == [b.tolist() for b in make()]
+    assert restored.stats().fresh_examples == counts.fresh_examples + 8
+    same_epoch = make()
+    same_epoch.load_state_dict(saved)
+    same_epoch.set_epoch(0)  # the loaded epoch: still resumes where it stopped
+    assert [b.tolist() for b in same_epoch] == [[2.0, 3.0], [4.0, 5.0], [4.0, 5.0],
+                                                [6.0, 7.0], [6.0, 7.0]]
+
+
+def _detection(samples):
+    return tuple(zip(*samples, strict=True))
+
+
+@pytest.mark.parametrize("collate", [_detection, list], ids=["detection", "identity"])
+def test_batches_of_per_sample_fields_count_their_samples(collate):
+    data = [(torch.zeros(3, 8, 8), {"boxes": torch.zeros(1, 4)}) for _ in range(8)]
+    echoed = EchoBatches(DataLoader(data, batch_size=4, collate_fn=collate), 2)
+    list(echoed)
+    s = echoed.stats()
+    assert (s.fresh_examples, s.emitted_examples) == (8, 16)
+
+
+def test_batch_size_of_agrees_with_the_core_rule():
+    from dataecho.sizes import batch_len
+    from dataecho.torch.batches import batch_size_of
+
+    x, y = torch.zeros(6, 3), torch.zeros(6)
+    layouts = [x, (x, y), [x, y], {"x": x, "y": y}, [(x[0], 1)] * 5, ["a", "b"], 7,
+               {"ids": [[1, 2], [3]]}, torch.tensor(2.0), np.zeros((4, 2))]
+    for batch in layouts:
+        assert batch_size_of(batch) == batch_len(batch), batch
+    assert batch_size_of(Pair(x, y)) == 6
+    assert batch_size_of(((x[0],) * 3, ({},) * 3)) == 3
+
+
+def test_parameters_of_auto_are_refused_with_a_fixed_factor():
+    for name, value in (("max_factor", 3), ("buffer_size", 8), ("agree", len)):
+        with pytest.raises(ValueError, match=rf"{name} only acts with factor='auto' .* fixed "
+                                             rf"factor=2, got {name}=.*; drop {name}, or pass "
+                                             r"factor='auto'"):
+            EchoBatches(loader(), 2, **{name: value})
+    echoed = EchoBatches(loader(), "auto")
+    assert echoed.max_factor == 4 and echoed.buffer_size is None
+
+
+def test_nested_default_collate_batches_count_their_examples():
+    # Samples ((ids, mask), label) collate to [[ids, mask], labels]: 4 examples, not 2.
+    samples = [((torch.zeros(5), torch.ones(5)), i) for i in range(8)]
+    loader = EchoBatches(DataLoader(samples, batch_size=4), factor=2)
+    assert sum(1 for _ in loader) == 4
+    assert (loader.stats().fresh_examples, loader.stats().emitted_examples) == (8, 16)

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torchdata.nodes")
@@ -201,3 +202,29 @@ def test_resumes_between_parallel_mappers():
     assert list(loader2) == tail
     assert echo2.stats() == echo.stats()
     assert echo.stats().emitted_examples == 200
+
+
+def test_auto_counts_one_example_per_item_by_default(no_thread_leak):
+    # As with a fixed factor: an item is one example, not as many as its first
+    # dimension (an image of 32 rows is one example).
+    items = [{"image": np.zeros((32, 32, 3)), "label": i} for i in range(10)]
+    for factor in (2, "auto"):
+        node = EchoNode(IterableWrapper(items), factor)
+        out = list(Loader(node))
+        stats = node.stats()
+        node.close()
+        assert stats.fresh_examples == stats.fresh_items == 10, factor
+        assert stats.emitted_examples == stats.emitted_items == len(out), factor
+    batches = Batcher(IterableWrapper(range(10)), batch_size=4, drop_last=False)
+    node = EchoNode(batches, "auto", size=len)
+    list(Loader(node))
+    node.close()
+    assert node.stats().fresh_examples == 10 and node.stats().fresh_items == 3
+
+
+def test_max_factor_is_refused_with_a_fixed_factor():
+    with pytest.raises(ValueError, match=r"max_factor only acts with factor='auto' .* fixed "
+                                         r"factor=2, got max_factor=3; drop max_factor, or "
+                                         r"pass factor='auto'"):
+        EchoNode(IterableWrapper([1]), 2, max_factor=3)
+    assert EchoNode(IterableWrapper([1]), "auto").max_factor == 4

@@ -132,8 +132,9 @@ def make_loader(dataset: StreamDataset, *, batch_size: int, num_workers: int = 1
         num_workers=num_workers, prefetch_factor=ahead,
         multiprocessing_context="spawn" if num_workers else None, persistent_workers=False)
     if dataset.echoes_batches:
+        buffer = echo_buffer(dataset, batch_size) if dataset.factor == "auto" else None
         return EchoBatches(loader, dataset.factor, seed=derive_seed(dataset.seed, 1),
-                           buffer_size=echo_buffer(dataset, batch_size))
+                           buffer_size=buffer)
     return loader
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from .._checks import check_factor, check_iterable, check_positive_int, check_seed
@@ -13,6 +16,7 @@ from .._rng import derive_seed
 from ..adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
 from ..echo import Echo, total_copies
 from ..iterable import as_stage
+from ..sizes import batch_len
 from ..stage import Stage, State
 from ..stats import Counting, Counts, EchoStats, add_counts, as_counts
 
@@ -30,7 +34,14 @@ class EchoBatches:
     place (``x.sub_(mean)``), a ``RuntimeError`` says so before a corrupted copy is
     yielded. With ``factor="auto"`` the check covers every batch echoes may be drawn
     from (the ``buffer_size`` latest), not only the previous one. ``clone=True`` yields
-    clones (costs one copy of the batch per echo) so in-place steps are safe.
+    clones (costs one copy of the batch per echo) so in-place steps are safe. Tensors
+    are found in tensors, dicts, lists, tuples (named too) and dataclasses, nested;
+    inference tensors (``torch.inference_mode``) keep no version and are not watched.
+    Writable numpy arrays keep no version either: with ``check_inplace=True`` and
+    ``clone=False`` a batch holding one raises a ``TypeError`` at once (pass
+    ``clone=True``, which copies arrays too, or ``check_inplace=False`` when the step
+    never modifies its batch in place). Other values (ints, strings) cannot be changed
+    in place by a step and pass.
 
     Batch echoing repeats the same examples in consecutive steps; the paper found
     example echoing (:class:`dataecho.torch.EchoDataset`) at least as good.
@@ -43,17 +54,20 @@ class EchoBatches:
         loader: any iterable of batches, re-iterable once per epoch (a DataLoader, a
             list); a one-shot iterator or generator is rejected.
         factor: echo factor >= 1, fractional allowed, or ``"auto"``.
-        max_factor: cap on uses per fresh batch with ``factor="auto"``.
+        max_factor: cap on uses per fresh batch with ``factor="auto"`` (default 4).
+            ``max_factor``, ``buffer_size`` and ``agree`` only act with
+            ``factor="auto"``: given with a fixed factor they raise a ``ValueError``.
         buffer_size: with ``factor="auto"``, recent batches echoes are drawn from
             (default: :class:`dataecho.AdaptiveEcho`'s); make it exceed the bursts your
             loader delivers in, e.g. a windowed shuffle's window in batches.
         agree: with ``factor="auto"`` under DDP, a
             ``dataecho.torch_distributed.RankAgreement()`` so ranks take equal steps.
         seed: seed of the fractional draws (each epoch derives its own).
-        clone: yield clones so the step may modify batches in place.
-        check_inplace: detect in-place modification (cheap: reads tensor versions).
-        size: examples in a batch, for accounting (default: first dimension of the
-            first tensor found in the batch).
+        clone: yield clones (tensors cloned, numpy arrays copied) so the step may
+            modify batches in place.
+        check_inplace: detect in-place modification (cheap: reads tensor versions);
+            with ``clone=False`` it refuses batches holding writable numpy arrays.
+        size: examples in a batch, for accounting (default: :func:`batch_size_of`).
 
     Example:
         >>> import torch
@@ -70,7 +84,7 @@ class EchoBatches:
         loader: Iterable[Any],
         factor: float | str,
         *,
-        max_factor: int = DEFAULT_MAX_FACTOR,
+        max_factor: int | None = None,
         buffer_size: int | None = None,
         agree: Any = None,
         seed: int = 0,
@@ -79,9 +93,13 @@ class EchoBatches:
         size: Callable[[Any], int] | None = None,
     ) -> None:
         self.loader = _check_loader(loader)
-        self.auto = factor == "auto"
+        self.auto = isinstance(factor, str) and factor == "auto"
         self.factor = 1.0 if self.auto else check_factor(factor)
-        self.max_factor = check_positive_int(max_factor, "max_factor")
+        if not self.auto:
+            reject_auto_only(self.factor, max_factor=max_factor, buffer_size=buffer_size,
+                             agree=agree)
+        self.max_factor = check_positive_int(
+            DEFAULT_MAX_FACTOR if max_factor is None else max_factor, "max_factor")
         self.buffer_size = None if buffer_size is None else check_positive_int(
             buffer_size, "buffer_size")
         if agree is not None and not callable(agree):
@@ -97,7 +115,7 @@ class EchoBatches:
             raise TypeError(
                 f"size must be None or a function batch -> number of examples, got "
                 f"{size!r} of type {type(size).__name__}; pass e.g. size=len, or leave it "
-                "None to count the first dimension of the batch's first tensor"
+                "None to count the examples by dataecho.torch.batches.batch_size_of"
             )
         self.size = size or batch_size_of
         self.epoch = 0
@@ -119,9 +137,29 @@ class EchoBatches:
         return total_copies(self.factor, self._epoch_seed(), n)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch for this wrapper and the loader's sampler or the loader."""
-        self.epoch = int(epoch)
-        for target in (getattr(self.loader, "sampler", None), self.loader):
+        """Sets the epoch for this wrapper and passes it on to the loader.
+
+        The first of these with a ``set_epoch`` gets it: ``loader.sampler``
+        (``DataLoader(sampler=DistributedSampler(...))``), ``loader.batch_sampler``,
+        ``loader.batch_sampler.sampler`` (``DataLoader(batch_sampler=BatchSampler(
+        DistributedSampler(...), ...))``), the loader itself.
+
+        A checkpoint loaded for another epoch is dropped (its epoch is over or skipped;
+        its counts stay in :meth:`stats`); one loaded for this epoch still resumes where
+        it stopped.
+
+        Raises:
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` is negative.
+        """
+        epoch = check_positive_int(epoch, "epoch", minimum=0)
+        if self._pending is not None and epoch != self.epoch:
+            self._done = add_counts(self._done, _state_counts(self._pending))
+            self._pending = None
+        self.epoch = epoch
+        batch_sampler = getattr(self.loader, "batch_sampler", None)
+        for target in (getattr(self.loader, "sampler", None), batch_sampler,
+                       getattr(batch_sampler, "sampler", None), self.loader):
             if callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(epoch)  # type: ignore[union-attr]
                 break
@@ -145,8 +183,10 @@ class EchoBatches:
             self._pending = None
         self._echo = echo
         # Batches that may still come again: the last one for a fixed factor (copies
-        # are adjacent), the echo buffer's for "auto" (it draws from its latest items).
-        seen = _Seen(self._echo_buffer() if self.auto else 1) if self.check_inplace else None
+        # are adjacent), the echo buffer's for "auto" (it draws from its latest items);
+        # none with factor 1, where no batch comes again.
+        watch = self.check_inplace and (self.auto or self.factor > 1.0)
+        seen = _Seen(self._echo_buffer() if self.auto else 1, self.clone) if watch else None
         try:
             for batch in echo:
                 if seen is not None:
@@ -161,7 +201,11 @@ class EchoBatches:
 
     def _counts(self) -> Counts:
         echo = self._echo
-        return echo.echo_counts() if isinstance(echo, Counting) else (0, 0, 0, 0)
+        if isinstance(echo, Counting):
+            return echo.echo_counts()
+        if echo is None and self._pending is not None:  # loaded, not iterated yet
+            return _state_counts(self._pending)
+        return (0, 0, 0, 0)
 
     def _finish_epoch(self) -> None:
         if self._echo is not None:
@@ -169,14 +213,25 @@ class EchoBatches:
             self._echo = None
 
     def stats(self) -> EchoStats:
-        """Fresh and emitted counts over all epochs so far."""
+        """Fresh and emitted counts over all epochs so far.
+
+        After :meth:`load_state_dict` they include the counts the checkpoint carries,
+        also before the first batch is taken.
+        """
         counts = add_counts(self._done, self._counts())
         return EchoStats(*counts, counts[3])  # every emitted item is a batch
 
     def state_dict(self) -> State:
-        """Epoch, totals of finished epochs, and the position within this epoch."""
-        return {"epoch": self.epoch, "done": list(self._done),
-                "echo": None if self._echo is None else self._echo.state_dict()}
+        """Epoch, totals of finished epochs, and the position within this epoch.
+
+        Taken after :meth:`load_state_dict` and before the next batch, it is the
+        loaded position, so checkpointing again at once loses nothing.
+        """
+        if self._echo is not None:
+            echo: State | None = self._echo.state_dict()
+        else:
+            echo = None if self._pending is None else dict(self._pending)
+        return {"epoch": self.epoch, "done": list(self._done), "echo": echo}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration resume where the checkpoint was taken.
@@ -219,16 +274,17 @@ class _Seen:
     """Tensor versions of the last ``size`` distinct batches yielded, by first use.
 
     Holding the batches keeps their ids from being reused by new objects; it keeps at
-    most ``size`` batches alive, those the echo stage may still echo.
+    most ``size`` batches alive, those the echo stage may still echo. Without ``clone``
+    a batch holding a writable numpy array is refused: its changes cannot be seen.
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, clone: bool = False) -> None:
+        self.size, self.clone = size, clone
         self._versions: OrderedDict[int, tuple[Any, list[int]]] = OrderedDict()
 
     def check(self, batch: Any) -> None:
         """Raises if ``batch`` was yielded before and changed in place since; records it."""
-        now = _versions(batch)
+        now = _versions(batch, self.clone)
         entry = self._versions.get(id(batch))
         if entry is not None and entry[1] != now:
             raise RuntimeError(
@@ -241,47 +297,136 @@ class _Seen:
             self._versions.popitem(last=False)
 
 
-def _tensors(batch: Any) -> Iterator[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _leaves(batch: Any) -> Iterator[Any]:
+    """The tensors and numpy arrays in a batch, through containers and dataclasses."""
+    if isinstance(batch, torch.Tensor | np.ndarray):
         yield batch
     elif isinstance(batch, Mapping):
         for v in batch.values():
-            yield from _tensors(v)
+            yield from _leaves(v)
     elif isinstance(batch, list | tuple):
         for v in batch:
-            yield from _tensors(v)
+            yield from _leaves(v)
+    elif _is_dataclass_instance(batch):
+        for field in dataclasses.fields(batch):
+            yield from _leaves(getattr(batch, field.name, None))
 
 
-def _versions(batch: Any) -> list[int]:
-    return [t._version for t in _tensors(batch)]
+def _versions(batch: Any, clone: bool = False) -> list[int]:
+    versions = []
+    for leaf in _leaves(batch):
+        if isinstance(leaf, torch.Tensor):
+            if not leaf.is_inference():  # inference tensors keep no version counter
+                versions.append(leaf._version)
+        elif leaf.flags.writeable and not clone:
+            raise TypeError(
+                "check_inplace=True cannot watch numpy arrays (numpy keeps no version "
+                "counter), and an echoed batch is the same object as the batch before it: "
+                f"got a batch holding a writable numpy array of shape {leaf.shape} with "
+                "clone=False; pass clone=True to yield copies (safe with in-place steps), "
+                "or check_inplace=False if the step never modifies its batch in place, or "
+                "make the loader yield tensors (DataLoader's default collate does)"
+            )
+    return versions
 
 
 def _clone(batch: Any) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.clone()
+    if isinstance(batch, np.ndarray):
+        return batch.copy()
     if isinstance(batch, Mapping):
         return type(batch)({k: _clone(v) for k, v in batch.items()})  # type: ignore[call-arg]
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*(_clone(v) for v in batch))
     if isinstance(batch, list | tuple):
         return type(batch)(_clone(v) for v in batch)
+    if _is_dataclass_instance(batch):
+        # A shallow copy with cloned fields: no __init__ or __post_init__ runs, and
+        # init=False fields are kept; object.__setattr__ also sets frozen fields.
+        clone = copy.copy(batch)
+        for field in dataclasses.fields(batch):
+            if hasattr(batch, field.name):
+                object.__setattr__(clone, field.name, _clone(getattr(batch, field.name)))
+        return clone
     return batch
 
 
+def reject_auto_only(factor: float, **given: Any) -> None:
+    """Raises ``ValueError`` for a parameter of ``factor="auto"`` given with a fixed factor.
+
+    Example:
+        >>> try:
+        ...     reject_auto_only(2.0, max_factor=3)
+        ... except ValueError as e:
+        ...     print(str(e)[:53])
+        max_factor only acts with factor='auto' (it caps uses
+    """
+    for name, value in given.items():
+        if value is not None:
+            purpose = _AUTO_ONLY.get(name, "configures adaptive echoing")
+            raise ValueError(
+                f"{name} only acts with factor='auto' (it {purpose}) and does nothing with "
+                f"a fixed factor={factor:g}, got {name}={value!r}; drop {name}, or pass "
+                "factor='auto'"
+            )
+
+
+_AUTO_ONLY = {
+    "max_factor": "caps uses per fresh item",
+    "buffer_size": "sizes the buffer of recent batches echoes are drawn from",
+    "agree": "makes DDP ranks agree on each step",
+}
+
+
+def _state_counts(state: Mapping[str, Any]) -> Counts:
+    """The counts an echo stage's ``state_dict`` carries, as its ``echo_counts()``.
+
+    ``AdaptiveEcho`` saves what it emitted; ``Echo`` saves the copies it planned and
+    ``left`` copies still owed, of ``size`` examples each (``Echo.echo_counts``).
+    """
+    fresh_ex, fresh = int(state.get("fresh_examples", 0)), int(state.get("fresh", 0))
+    if "emitted" in state:
+        return (fresh_ex, int(state.get("emitted_examples", 0)), fresh, int(state["emitted"]))
+    left, size = int(state.get("left", 0)), int(state.get("size", 1))
+    return (fresh_ex, int(state.get("planned_examples", 0)) - left * size, fresh,
+            int(state.get("planned", 0)) - left)
+
+
 def batch_size_of(batch: Any) -> int:
-    """Examples in a batch: the first dimension of its first tensor or array.
+    """Examples in a batch: :func:`dataecho.sizes.batch_len`, plus per-sample fields.
+
+    As :func:`dataecho.sizes.batch_len` (the rule of the core stages): a tensor or
+    array counts its first dimension; a dict its first value; a tuple (fields, named
+    or not) its first field; a list its length (a list of samples, e.g. from
+    ``collate_fn=lambda b: b``), unless its first element is a tensor or array
+    (``default_collate``'s list of fields), whose first dimension counts. Added here:
+    a dataclass counts as a dict of its fields, and a tuple, dict or dataclass whose
+    fields are all lists or tuples of one length (per-sample fields, as the detection
+    collate ``tuple(zip(*batch))`` makes) counts that length. Pass ``size=`` to
+    :class:`EchoBatches` for batches laid out otherwise.
 
     Example:
         >>> import torch
         >>> batch_size_of((torch.zeros(32, 3), torch.zeros(32)))
         32
+        >>> images, targets = (torch.zeros(3, 8, 8),) * 4, ({"boxes": None},) * 4
+        >>> batch_size_of((images, targets)), batch_size_of([(torch.zeros(3), 0)] * 5)
+        (4, 5)
     """
-    if hasattr(batch, "shape") and len(batch.shape) > 0:
-        return int(batch.shape[0])
-    if isinstance(batch, Mapping):
-        return batch_size_of(next(iter(batch.values())))
-    if isinstance(batch, list | tuple) and batch:
-        first = batch[0]
-        return batch_size_of(first) if hasattr(first, "shape") or isinstance(
-            first, Mapping | list | tuple) else len(batch)
-    return 1
+    if _is_dataclass_instance(batch):
+        batch = {f.name: getattr(batch, f.name, None) for f in dataclasses.fields(batch)}
+    fields = (list(batch.values()) if isinstance(batch, Mapping)
+              else batch if isinstance(batch, tuple) else None)
+    if fields:
+        lengths = {len(f) if isinstance(f, list | tuple) and not hasattr(f, "_fields")
+                   else None for f in fields}
+        if len(lengths) == 1:
+            n = lengths.pop()
+            if n:
+                return n
+    return batch_len(batch)

@@ -15,6 +15,7 @@ from ..iterable import NodeSource, is_node
 from ..shuffle import Shuffle
 from ..stage import Stage, State
 from ..stats import Counts, EchoStats, add_counts, as_counts, collect
+from .batches import reject_auto_only
 
 T = TypeVar("T")
 
@@ -46,9 +47,10 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         factor: copies per item, a real number >= 1, or ``"auto"``.
         buffer_size: items in the post-echo shuffle window; None: copies stay adjacent.
         seed: seed of the fractional draws, echo picks and shuffle orders.
-        size: examples in an item, for accounting; default 1 per item (``len`` for
-            the lists a ``Batcher`` yields).
-        max_factor: with ``factor="auto"``, the most uses of one fresh item.
+        size: examples in an item, for accounting; default 1 per item, with a fixed
+            factor and with ``"auto"`` (``len`` for the lists a ``Batcher`` yields).
+        max_factor: with ``factor="auto"``, the most uses of one fresh item (default
+            4); an error with a fixed factor, where it would do nothing.
 
     Example:
         >>> from torchdata.nodes import Batcher, IterableWrapper, Loader
@@ -68,7 +70,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         buffer_size: int | None = None,
         seed: int = 0,
         size: Callable[[T], int] | None = None,
-        max_factor: int = DEFAULT_MAX_FACTOR,
+        max_factor: int | None = None,
     ) -> None:
         super().__init__()
         if not is_node(source):
@@ -76,13 +78,16 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
                 f"source must be a torchdata.nodes.BaseNode, got {type(source).__name__}; "
                 "wrap an iterable with torchdata.nodes.IterableWrapper(...) first")
         self.source = source
-        self.auto = factor == "auto"
+        self.auto = isinstance(factor, str) and factor == "auto"
         self.factor = 1.0 if self.auto else check_factor(factor)
+        if not self.auto:
+            reject_auto_only(self.factor, max_factor=max_factor)
         self.buffer_size = None if buffer_size is None else check_positive_int(
             buffer_size, "buffer_size")
         self.seed = check_seed(seed)
         self.size = check_size(size)
-        self.max_factor = check_positive_int(max_factor, "max_factor")
+        self.max_factor = check_positive_int(
+            DEFAULT_MAX_FACTOR if max_factor is None else max_factor, "max_factor")
         self.epoch = -1  # the first reset() starts epoch 0
         self._stage: Stage[T] | None = None
         self._done: Counts = (0, 0, 0, 0)  # counts of finished epochs
@@ -110,8 +115,10 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         upstream: NodeSource[T] = NodeSource(self.source)
         echo: Stage[T]
         if self.auto:
+            # AdaptiveEcho's own default measures items as batches; a node's items
+            # count 1 each unless size says otherwise, as with a fixed factor.
             echo = AdaptiveEcho(upstream, max_factor=self.max_factor,
-                                seed=derive_seed(seed, _ECHO), size=self.size)
+                                seed=derive_seed(seed, _ECHO), size=self.size or _one)
         else:
             echo = Echo(upstream, self.factor, seed=derive_seed(seed, _ECHO), size=self.size)
         if self.buffer_size is None:
@@ -157,3 +164,8 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
         factor = "auto" if self.auto else self.factor
         return (f"EchoNode({type(self.source).__name__}, factor={factor!r}, "
                 f"buffer_size={self.buffer_size!r}, seed={self.seed!r})")
+
+
+def _one(item: object) -> int:
+    """One example per item: the default count of :class:`EchoNode`."""
+    return 1
