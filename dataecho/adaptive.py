@@ -152,20 +152,31 @@ class AdaptiveEcho(Stage[T]):
         return copies[0][0]
 
     def _assemble(self, need: int) -> list[Copy]:
-        """Fresh items and echoes for one step, as agreed with the other ranks."""
+        """Fresh items and echoes for one step, as agreed with the other ranks.
+
+        Every take follows a vote, so all ranks take the same items in the same rounds
+        and vote equally often. On "block" a rank only waits until it has an item or
+        knows none will come, then votes again: the awaited item is taken only if every
+        rank has one, and the step stops everywhere if any rank's upstream ended during
+        the wait (taking it at once let the other ranks finish a step this one could
+        not, so their later all-reduces paired with the wrong steps).
+        """
         feed = self._open()
         out: list[Copy] = []
         taken = 0  # fresh items in out
+        awaited = 0  # 1 after a wait: that item is taken next (unless a rank ended), so it
+        # counts towards the warm-up as it did when the wait took it at once
         while need:
-            warm = self._warm + taken >= self.min_fresh
+            warm = self._warm + taken + awaited >= self.min_fresh
             capacity = min(self._buffer.capacity, need) if warm else 0
             finished = feed.finished()  # before ready(): no item can follow a True
             ready = feed.ready()
             p = plan(need, *self.agree(min(ready, need), capacity, finished and not ready))
-            fresh = [self._take(feed.get()) for _ in range(p.fresh)]
+            fresh = [self._take(feed.get()) for _ in range(p.fresh)]  # ready: no wait
+            awaited = 0
             if p.block:
-                with suppress(StopIteration):  # then the next vote sees finished()
-                    fresh.append(self._take(feed.get()))
+                feed.wait()  # TimeoutError for a hung upstream; its error waits for get()
+                awaited = 1
             out += fresh
             taken += len(fresh)
             need -= len(fresh)

@@ -31,6 +31,13 @@ class Feed(Protocol[T_co]):
         """True once nothing will follow the ready items (upstream over or closed)."""
         ...
 
+    def wait(self) -> None:
+        """Waits until an item is ready or none will follow, taking nothing.
+
+        Raises TimeoutError where ``get`` would: a hung upstream.
+        """
+        ...
+
     def get(self) -> T_co:
         """The next item, waiting if needed; StopIteration at the end."""
         ...
@@ -64,7 +71,8 @@ class Plan:
     Attributes:
         fresh: ready fresh items to take now (taking them never waits).
         echoes: echoes to emit after them.
-        block: wait for one more fresh item, then plan again.
+        block: wait until one more fresh item is ready (or none will come), taking
+            nothing, then plan again: every take is agreed between ranks.
         stop: the upstream is over; the step ends with what it has.
     """
 
@@ -181,7 +189,7 @@ class SimulatedFeed(Generic[T]):
     It models the prefetch thread exactly, without one: a producer that starts item
     ``k`` when item ``k - 1`` is done and the queue of ``depth`` has room, so item
     ``k`` is ready at ``finish(k) = max(finish(k-1), taken(k-depth)) + period(k)``.
-    Waiting in :meth:`get` moves the shared clock forward to that time.
+    Waiting in :meth:`get` or :meth:`wait` moves the shared clock forward to that time.
 
     Example:
         >>> clock = SimClock()
@@ -235,15 +243,19 @@ class SimulatedFeed(Generic[T]):
         self._advance()
         return self._ended
 
-    def get(self) -> T:
+    def wait(self) -> None:
         while True:
             next_event = self._advance()
-            if self._queue:
-                self._taken.append(self._clock())
-                return self._queue.popleft()
-            if next_event is None:
-                raise StopIteration
+            if self._queue or next_event is None:
+                return
             self._clock.now = max(self._clock.now, next_event)  # the consumer waits
+
+    def get(self) -> T:
+        self.wait()
+        if not self._queue:
+            raise StopIteration
+        self._taken.append(self._clock())
+        return self._queue.popleft()
 
     def close(self) -> None:
         self._queue.clear()

@@ -144,18 +144,8 @@ class Prefetcher(Generic[T]):
             BaseException: whatever the upstream raised, as the same object.
         """
         ch = self._ch
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         with ch.cond:
-            self._ensure_running()  # refills the queue behind the item taken below
-            while not (ch.items or ch.done or ch.stop):
-                self._ensure_running()  # again after every wake-up: the thread may park
-                left = _SLICE_S if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"upstream produced no item within timeout={self.timeout} s "
-                        "(a hung reader or a far slower upstream than expected); pass a "
-                        "larger timeout, or timeout=None to wait forever")
-                ch.cond.wait(min(left, _SLICE_S))
+            self._await()
             if ch.items:
                 item = ch.items.popleft()
                 ch.cond.notify_all()
@@ -166,6 +156,33 @@ class Prefetcher(Generic[T]):
                 err.add_note("(raised by the upstream in the dataecho prefetch thread)")
                 raise err
             raise StopIteration
+
+    def wait(self) -> None:
+        """Returns once :meth:`get` would not wait: an item is ready, or none will follow.
+
+        Takes nothing, so ranks can agree on a take after the wait. Waits up to
+        ``timeout`` seconds, like :meth:`get`; an upstream error is left for
+        :meth:`get` to raise (:meth:`finished` is then True).
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout`` seconds.
+        """
+        with self._ch.cond:
+            self._await()
+
+    def _await(self) -> None:  # called with the lock held
+        ch = self._ch
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self._ensure_running()  # refills the queue behind the item get() takes next
+        while not (ch.items or ch.done or ch.stop):
+            self._ensure_running()  # again after every wake-up: the thread may park
+            left = _SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"upstream produced no item within timeout={self.timeout} s "
+                    "(a hung reader or a far slower upstream than expected); pass a "
+                    "larger timeout, or timeout=None to wait forever")
+            ch.cond.wait(min(left, _SLICE_S))
 
     def close(self, wait: float = 5.0) -> None:
         """Stops the thread, discarding queued items; waits up to ``wait`` seconds.

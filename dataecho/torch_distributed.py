@@ -6,14 +6,18 @@ then hang in a gradient all-reduce that only some ranks reach. With
 :class:`RankAgreement` every rank votes before each decision (fresh items ready, echo
 budget, upstream ended) and all ranks act on the combined vote: they take fresh items
 only as fast as the slowest rank can supply them, echo together, and stop together
-when any rank's upstream ends. Every rank thus takes the same number of steps and
-reads the same number of fresh items (and a last partial batch is dropped everywhere).
+when any rank's upstream ends. Every take of a fresh item follows a vote: a rank that
+must wait for one takes nothing until it has it or knows none will come, then votes
+again, so an upstream that ends during the wait stops every rank at the same step.
+Every rank thus takes the same number of steps and reads the same number of fresh
+items (and a last partial batch is dropped everywhere).
 
 Cost: one all-reduce of three integers per step, tens of microseconds on gloo, far
-below a training step; more only while a batch waits for fresh examples, when the
-consumer is blocked anyway. An
-upstream error on one rank leaves the others waiting in that all-reduce until the
-process group's timeout, as any failure inside a DDP step does.
+below a training step; one more after each wait for a fresh item, when the consumer
+is blocked anyway. An upstream error on one rank ends the pass on every rank: that
+rank raises it, the others see the pass end. A ``timeout`` (a hung reader) raises on
+its rank alone and leaves the others waiting in the next all-reduce until the process
+group's timeout, as any failure inside a DDP step does.
 """
 
 from __future__ import annotations

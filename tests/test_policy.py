@@ -138,3 +138,30 @@ def test_simulated_feed_bounds_the_producer_by_the_queue_depth():
     feed = SimulatedFeed(produce, period=1.0, clock=clock, depth=2)
     clock.advance(10.0)
     assert feed.ready() == 2 and len(reads) <= 3  # two queued, at most one in production
+
+
+def test_simulated_feed_wait_moves_the_clock_to_the_next_item_and_takes_nothing():
+    clock = SimClock()
+    feed = SimulatedFeed(iter("ab").__next__, period=2.0, clock=clock)
+    feed.wait()
+    assert clock() == 2.0 and feed.ready() == 1 and feed.get() == "a"
+    assert clock() == 2.0  # get took the ready item without waiting
+    feed.get()
+    feed.wait()  # the end: returns, finished
+    assert feed.finished() and feed.ready() == 0
+
+
+def test_last_example_batch_is_topped_up_with_echoes_even_when_its_fresh_one_was_awaited():
+    # The last example arrives during a wait (R = 4, cap 2): it is taken after a vote,
+    # with echoes for the rest, as when it had been ready (it used to end the pass on
+    # a partial batch of one).
+    clock = SimClock()
+    stage = AdaptiveExamples(
+        range(200), 3, max_factor=2, collate=list, clock=clock,
+        feed=lambda p: SimulatedFeed(p, period=4 / 3, clock=clock, depth=3))
+    batches = []
+    for b in stage:
+        batches.append(b)
+        clock.advance(1.0)
+    assert batches[-1][0] == 199 and len(batches[-1]) == 3
+    assert all(len(b) == 3 for b in batches)

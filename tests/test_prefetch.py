@@ -119,3 +119,55 @@ def test_a_thread_that_parks_while_the_consumer_waits_is_restarted():
     finally:
         sys.setswitchinterval(interval)
     wait_until(lambda: not prefetch_threads())
+
+
+def test_wait_returns_once_an_item_is_ready_and_takes_nothing():
+    feed = Prefetcher(iter([7]).__next__, depth=2)
+    feed.wait()  # the first item is read in the thread meanwhile
+    assert feed.ready() == 1
+    assert feed.get() == 7  # the item waited for, still there
+    feed.wait()  # nothing follows: returns at the end, takes nothing
+    assert feed.finished() and feed.ready() == 0
+    with pytest.raises(StopIteration):
+        feed.get()
+    feed.close()
+
+
+def test_wait_times_out_like_get_and_leaves_an_upstream_error_to_get():
+    release = threading.Event()
+    feed = Prefetcher(lambda: release.wait(), timeout=0.2)
+    with pytest.raises(TimeoutError, match=r"timeout=0\.2"):
+        feed.wait()
+    feed.close(wait=0)
+    release.set()
+    wait_until(lambda: not prefetch_threads())
+
+    error = KeyError("disk gone")
+
+    def broken():
+        raise error
+
+    feed = Prefetcher(broken)
+    feed.wait()  # returns: no item will come
+    assert feed.finished() and feed.ready() == 0
+    with pytest.raises(KeyError) as info:
+        feed.get()
+    assert info.value is error
+    feed.close()
+
+
+def test_wait_restarts_a_thread_that_parked_while_the_consumer_waited():
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # as above: makes the park-while-waiting race likely
+    try:
+        feed = Prefetcher(itertools.count().__next__, depth=1, timeout=5.0, park_after=0.0)
+        out = []
+        for _ in range(3000):
+            feed.wait()
+            assert feed.ready() == 1
+            out.append(feed.get())
+        assert out == list(range(3000))
+        feed.close()
+    finally:
+        sys.setswitchinterval(interval)
+    wait_until(lambda: not prefetch_threads())
