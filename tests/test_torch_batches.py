@@ -271,15 +271,22 @@ def test_a_one_shot_iterator_is_rejected_since_later_epochs_would_be_empty():
         EchoBatches(iter(loader()), 2)
 
 
-def test_checkpoint_taken_right_after_a_restore_keeps_the_position_and_counts():
-    def make():
-        return EchoBatches(loader(n=8, batch_size=2), 2)
+def _make_echoed():
+    return EchoBatches(loader(n=8, batch_size=2), 2)
 
-    first = make()
+
+def _saved_after(steps):
+    """State and counts of an echoed loader after ``steps`` batches."""
+    first = _make_echoed()
     it = iter(first)
-    for _ in range(5):
+    for _ in range(steps):
         next(it)
-    saved, counts = first.state_dict(), first.stats()
+    return first.state_dict(), first.stats()
+
+
+def test_checkpoint_taken_right_after_a_restore_keeps_the_position_and_counts():
+    make = _make_echoed
+    saved, counts = _saved_after(5)
     restored = make()
     restored.load_state_dict(saved)
     assert restored.state_dict() == saved
@@ -375,14 +382,8 @@ def test_set_epoch_checks_the_epoch_and_reaches_a_sampler_inside_the_batch_sampl
 
 
 def test_set_epoch_of_another_epoch_drops_a_loaded_position():
-    def make():
-        return EchoBatches(loader(n=8, batch_size=2), 2)
-
-    first = make()
-    it = iter(first)
-    for _ in range(3):
-        next(it)
-    saved, counts = first.state_dict(), first.stats()
+    make = _make_echoed
+    saved, counts = _saved_after(3)
     restored = make()
     restored.load_state_dict(saved)
     restored.set_epoch(1)  # a loop that resumes at the next epoch
