@@ -27,13 +27,14 @@ class _Reader(Stage[T]):
         self.iterable: Any = check_iterable(iterable)
         self._it: Iterator[T] | None = None
         self._closed = False
+        self._opened = False  # an iterator was taken: a one-shot iterable is spent
         self.items_read = 0
 
     def __next__(self) -> T:
         if self._it is None:
             if self._closed:
                 raise StopIteration
-            self._it = iter(self.iterable)
+            self._it, self._opened = iter(self.iterable), True
         item = next(self._it)
         self.items_read += 1
         return item
@@ -75,7 +76,7 @@ class IterableSource(_Reader[T]):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         consumed = int(state["consumed"])
         it = iter(self.iterable)
-        if it is self.iterable and self._it is not None:
+        if it is self.iterable and self._opened:
             raise ValueError(
                 f"cannot restore: the upstream is a one-shot iterator "
                 f"({type(self.iterable).__name__}) that was already read; rebuild the "
@@ -87,7 +88,7 @@ class IterableSource(_Reader[T]):
                 f"cannot restore: the checkpoint consumed {consumed} items but the upstream "
                 f"now has only {skipped}; pass the same data the checkpoint was taken on"
             )
-        self._it, self.items_read, self._closed = it, consumed, False
+        self._it, self.items_read, self._closed, self._opened = it, consumed, False, True
 
 
 class StatefulSource(_Reader[T]):

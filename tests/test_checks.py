@@ -140,3 +140,16 @@ def test_one_shot_iterator_cannot_be_rewound():
     next(stage)
     with pytest.raises(ValueError, match=r"one-shot iterator .* already read; rebuild"):
         stage.load_state_dict(state)
+
+
+def test_one_shot_iterator_cannot_be_rewound_after_close_either():
+    from dataecho.iterable import IterableSource
+    stage = IterableSource(iter(range(20)))
+    for _ in range(5):
+        next(stage)
+    state = stage.state_dict()
+    for _ in range(3):
+        next(stage)
+    stage.close()  # drops the iterator, but the one-shot source is still spent
+    with pytest.raises(ValueError, match=r"one-shot iterator .* already read; rebuild"):
+        stage.load_state_dict(state)

@@ -20,3 +20,12 @@ def test_example_runs(name, capsys):
     assert "fresh" in out
     if name == "torchdata_nodes.py":
         assert "identical: True" in out
+
+
+def test_torchdata_example_augments_the_two_copies_of_an_example_differently():
+    pytest.importorskip("torchdata.nodes")
+    import numpy as np
+    build = runpy.run_path(str(EXAMPLES / "torchdata_nodes.py"))["build"]
+    rows = np.concatenate([np.stack(b) for b in build()[1]])
+    # 512 examples, each twice: before augmentation, so no two rows are the same.
+    assert rows.shape == (1024, 4) and len(np.unique(rows, axis=0)) == 1024
