@@ -8,10 +8,12 @@ Usage: python benchmarks/wallclock.py [--ratios 6 4 2] [--factors 2 4 R auto]
 The grid is seeds x R x variants x factors, in that order (a grid stopped part-way has
 every condition once before any twice). For every (R, seed) one baseline (no echo:
 the same pipeline for all three variants) runs first, and each echoed run is compared
-with it. A factor of "R" means R rounded; "auto" is adaptive echoing at that variant's
-level. Every finished run is appended to benchmarks/results/wallclock[-TAG].jsonl,
+with it. A factor of "R" means R rounded half up; "auto" is adaptive echoing at that
+variant's level. Every finished run is appended to benchmarks/results/wallclock[-TAG].jsonl,
 keyed by (R, factor, variant, seed, preset, budget): run the same command again and it
-skips what is there and continues. The step time t_down is measured once per (preset,
+skips what is there and continues. The key has no device, so a store holds one device's
+runs: --device resolving to another device than the stored runs' is refused (use a
+new --tag). The step time t_down is measured once per (preset,
 device) and stored too, so a resumed grid sets the same bandwidths. After each run the
 report is rewritten from the store: wallclock[-TAG].md (mean and min-max over seeds,
 then every run), .png (speedup against realised factor, one panel per variant) and
@@ -25,21 +27,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from dataecho.demo.calibrate import calibrate
-from dataecho.demo.command import measure_t_down, one_run
 from dataecho.demo.config import PRESETS, DemoConfig
 from dataecho.demo.data import prepare
-from dataecho.demo.grid import BASELINE, Spec, Store, plan, run_grid
+from dataecho.demo.grid import BASELINE, Spec, Store, factor_of, plan, run_grid
 from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
-from dataecho.demo.model import pick_device
 from dataecho.demo.report import measured_ratio, versions, write_json
-from dataecho.demo.train import Evaluator
 from dataecho.pipeline import VARIANTS
 from dataecho.remote import ShardServer
 
@@ -61,6 +60,10 @@ class Bench:
         self.stack.close()
 
     def _start(self) -> dict[str, Any]:
+        from dataecho.demo.calibrate import calibrate  # torch: imported to train only
+        from dataecho.demo.command import measure_t_down
+        from dataecho.demo.model import pick_device
+        from dataecho.demo.train import Evaluator
 
         cfg = self.cfg
         data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
@@ -86,6 +89,8 @@ class Bench:
                 "evaluate": Evaluator(data.eval_images, data.eval_labels, device)}
 
     def __call__(self, spec: Spec) -> dict[str, Any]:
+        from dataecho.demo.calibrate import calibrate
+        from dataecho.demo.command import one_run
 
         env = self.env = self.env or self._start()
         cfg, data = self.cfg, env["data"]
@@ -146,20 +151,91 @@ def convert_legacy(old: Path, store: Store) -> bool:
     return True
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Raises ValueError, naming the flag, for a value that would fail later or mislead.
+
+    Runs before any data is prepared: a bad ratio would otherwise surface as a division
+    by zero or a bandwidth error after minutes of set-up, a budget of 0 would silently
+    fall back to the preset's while the store key says 0.
+    """
+    for ratio in args.ratios:
+        if not (math.isfinite(ratio) and ratio >= 1):
+            raise ValueError(
+                f"--ratios must be finite numbers >= 1 (seconds to fetch a batch over "
+                f"seconds per training step: input-bound), got {ratio:g}; pass e.g. "
+                "--ratios 6 4 2")
+    for name in args.factors:
+        try:
+            factor_of(name, 1.0)
+        except ValueError:
+            raise ValueError(
+                f"--factors must each be a finite number >= 1 (1 is the baseline, which "
+                f"always runs), 'R' (R rounded half up) or 'auto', got {name!r}; pass e.g. "
+                "--factors 2 4 R auto") from None
+    for seed in args.seeds:
+        if not 0 <= seed < 2**63:
+            raise ValueError(f"--seeds must be ints in [0, 2**63), got {seed}; pass e.g. "
+                             "--seeds 0 1 2")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise ValueError(
+            f"--budget must be a finite number of seconds > 0, got {args.budget:g}; pass "
+            "e.g. --budget 300, or leave it out for the preset's budget (2,000 baseline "
+            "steps at R)")
+
+
+def device_type(name: str) -> str:
+    """The device type ``--device name`` trains on here: ``"cpu"`` or ``"cuda"``."""
+    import torch
+
+    available = torch.cuda.is_available()
+    if name == "cuda" and not available:
+        raise ValueError(
+            f"--device cuda needs a CUDA GPU, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}); pass --device cpu, or --device auto to use a GPU "
+            "only where there is one")
+    return "cuda" if name != "cpu" and available else "cpu"
+
+
+def check_store_device(store: Store, device: str, asked: str, tag: str) -> None:
+    """Raises ValueError when ``store`` holds runs trained on a device other than ``device``.
+
+    The store key has no device (keeping the keys of stored grids), so one store holds
+    the runs of one device: a run stored on the CPU must not count as a GPU run.
+    """
+    stored = {str(r["device"]).split(":")[0] for r in store.runs() if r.get("device")}
+    other = sorted(stored - {device})
+    if other:
+        fresh = f"{tag}-{device}" if tag else device
+        raise ValueError(
+            f"--device {asked} trains on {device}, but {store.path} (--tag {tag!r}) holds "
+            f"runs trained on {', '.join(other)}: its keys have no device, so they would be "
+            f"taken as {device} runs and skipped; pass --device {other[0]} to continue that "
+            f"grid, or --tag {fresh} to start a separate store for {device}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--ratios", type=float, nargs="+", default=[6.0, 4.0, 2.0])
-    p.add_argument("--factors", nargs="+", default=["2", "4", "R", "auto"])
+    p.add_argument("--ratios", type=float, nargs="+", default=[6.0, 4.0, 2.0],
+                   help="R values to set, each a finite number >= 1")
+    p.add_argument("--factors", nargs="+", default=["2", "4", "R", "auto"],
+                   help="fixed factors >= 1, 'R' (R rounded half up) or 'auto'")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="ints >= 0")
     p.add_argument("--preset", choices=("default", "quick", "smoke"), default="default")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--budget", type=float, help="training seconds per run (default: preset's)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="training device; one store holds one device's runs")
+    p.add_argument("--budget", type=float,
+                   help="training seconds per run, > 0 (default: preset's)")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. 'gpu'")
     p.add_argument("--out", type=Path, default=RESULTS, help="folder of the result files")
     p.add_argument("--replot", action="store_true",
                    help="rewrite the .md, .png and .json from the store; run nothing")
     args = p.parse_args(argv)
+    try:
+        check_args(args)
+        device = None if args.replot else device_type(args.device)
+    except ValueError as error:
+        p.error(str(error))  # the message and exit status 2, before any data or training
     argv = sys.argv[1:] if argv is None else list(argv)
     name = args.out / f"wallclock{'-' + args.tag if args.tag else ''}"
     stem = {ext: Path(f"{name}.{ext}") for ext in ("jsonl", "json", "md", "png")}
@@ -167,8 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if convert_legacy(stem["json"], store):
         print(f"converted {stem['json']} into {store.path}")
     title = f"benchmarks/wallclock.py{' --tag ' + args.tag if args.tag else ''}"
-    if not args.replot:
-        budget = {"budget_s": args.budget} if args.budget else {}
+    if device is not None:
+        try:
+            check_store_device(store, device, args.device, args.tag)
+        except ValueError as error:
+            p.error(str(error))
+        budget = {"budget_s": args.budget} if args.budget is not None else {}
         cfg = DemoConfig(preset=args.preset, device=args.device,
                          **{**PRESETS[args.preset], **budget})
         specs = plan(args.ratios, args.factors, args.variants, args.seeds,

@@ -25,7 +25,7 @@ def pipeline(
     *,
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
-    factor: float | Literal["auto"] = 2.0,
+    factor: float | Literal["auto"] | None = None,
     max_factor: int | None = None,
     batch_size: int | None = 128,
     buffer_size: int | None = None,
@@ -49,7 +49,8 @@ def pipeline(
       Copies are identical; also saves the augmentation work.
     - ``"batch"``: Source -> Map(augment) -> Batch -> Echo [-> Shuffle of batches].
       Whole batches repeat; saves batching work too.
-    - ``None`` (or ``factor=1``): the baseline, Source -> Map(augment) -> Batch.
+    - ``None`` (or ``factor=1``): the baseline, Source -> Map(augment) -> Batch;
+      with ``echo=None`` a ``factor`` other than 1, or ``max_factor``, is an error.
 
     Args:
         data: map-style data set of decoded examples (the expensive read happens here).
@@ -58,7 +59,8 @@ def pipeline(
         factor: echo factor, a real number >= 1 (fractional values allowed), or
             ``"auto"``: echo only while fresh data is late (a prefetch thread reads
             upstream; see :class:`dataecho.AdaptiveExamples`), never more than
-            ``max_factor`` uses per fresh item. Not bit-reproducible.
+            ``max_factor`` uses per fresh item. Not bit-reproducible. Default (None):
+            2.0 with a variant, 1 (no echoing) with ``echo=None``.
         max_factor: the cap on uses per fresh item with ``factor="auto"`` (default
             4); an error with a fixed factor, where it would do nothing.
         batch_size: examples per batch, or None for a stream of examples (example
@@ -92,6 +94,18 @@ def pipeline(
             "pass echo='before_augmentation' for the paper's best variant"
         )
     check_augment(augment)
+    if echo is None and (factor not in (None, 1) or isinstance(factor, bool)
+                         or max_factor is not None):
+        given = {k: v for k, v in (("factor", factor), ("max_factor", max_factor))
+                 if v is not None and not (k == "factor" and v == 1 and v is not True)}
+        names = " and ".join(given)
+        raise ValueError(
+            f"{names} {'does' if len(given) == 1 else 'do'} nothing with echo=None (no "
+            f"echoing: the baseline), got "
+            f"{', '.join(f'{k}={v!r}' for k, v in given.items())}; drop {names} for the "
+            "baseline, or pass a variant such as echo='before_augmentation' to echo")
+    if factor is None:
+        factor = 1.0 if echo is None else 2.0
     auto = factor == "auto"
     factor = 1.0 if auto else check_factor(factor)
     if max_factor is not None and not auto:

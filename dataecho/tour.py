@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dataecho tour: {args.examples} examples, factor {args.factor}, "
           f"batch size {args.batch_size}")
     for variant in (None, *VARIANTS):
-        p = pipeline(data, augment=_augment, echo=variant, factor=args.factor,  # type: ignore[arg-type]
+        p = pipeline(data, augment=_augment, echo=variant,  # type: ignore[arg-type]
+                     factor=args.factor if variant else 1,  # the baseline echoes nothing
                      batch_size=args.batch_size, seed=args.seed, collate=list)
         batches: list[Any] = list(p)
         views = collections.Counter(v.split(".")[0] for b in batches for v in b)

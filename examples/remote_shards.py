@@ -29,17 +29,17 @@ def pipeline(url: str) -> Shuffle[Any]:
 
 def main() -> None:
     images, labels = load_fashion_mnist("train")
-    root = tempfile.mkdtemp()
-    write_shards(images[:2000], labels[:2000], root, shard_size=250)
-    with ShardServer(root, bandwidth=4e6, latency=0.005) as server:
-        stage = pipeline(server.url)
-        first = list(islice(stage, 1000))
-        state = json.loads(json.dumps(stage.state_dict()))  # what a checkpoint would hold
-        stage.close()
+    with tempfile.TemporaryDirectory(prefix="dataecho-shards-") as root:  # removed at the end
+        write_shards(images[:2000], labels[:2000], root, shard_size=250)
+        with ShardServer(root, bandwidth=4e6, latency=0.005) as server:
+            stage = pipeline(server.url)
+            first = list(islice(stage, 1000))
+            state = json.loads(json.dumps(stage.state_dict()))  # what a checkpoint would hold
+            stage.close()
 
-        resumed = pipeline(server.url)
-        resumed.load_state_dict(state)  # re-fetches the shard it was in, skips to the offset
-        rest = list(resumed)
+            resumed = pipeline(server.url)
+            resumed.load_state_dict(state)  # re-fetches the shard it was in, skips to the offset
+            rest = list(resumed)
     print(f"read {len(first)} examples, checkpointed, resumed for {len(rest)} more")
     print(f"stats after resume: {resumed.stats()}")
     print(f"fresh images: {len({uid for _, _, uid in first + rest})} of 2000")

@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import math
+import re
 import time
 
 import pytest
@@ -50,6 +52,75 @@ def test_bad_flags_are_refused(argv):
         parse_args(argv)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--ratio", "inf"], r"--ratio must be a finite number >= 1 .* got inf; pass e\.g\. --ratio 5"),
+    (["--ratio", "nan"], r"--ratio must be a finite number >= 1 .* got nan; pass"),
+    (["--factor", "inf"], r"--factor must be a finite number >= 1 .* got inf; pass e\.g\. "
+                          r"--factor 4, or leave it out"),
+    (["--factor", "nan"], r"--factor must be a finite number >= 1 .* got nan; pass"),
+    (["--budget", "inf"], r"--budget must be a finite number of seconds > 0, got inf; pass"),
+    (["--seed", "-1"], r"--seed must be an int in \[0, 2\*\*63\), got -1; pass e\.g\. --seed 0"),
+])
+def test_a_bad_flag_exits_with_status_2_naming_it_before_any_data_is_prepared(
+        argv, message, tmp_path, monkeypatch, capsys):
+    from dataecho.demo import command
+
+    def prepare(*args, **kwargs):
+        pytest.fail("the data was prepared before the flags were checked")
+
+    monkeypatch.setattr(command, "prepare", prepare)
+    with pytest.raises(SystemExit) as exit:
+        main([*argv, "--out", str(tmp_path)])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err
+
+
+def test_device_cuda_without_a_gpu_exits_with_status_2_and_the_fix(tmp_path, monkeypatch,
+                                                                    capsys):
+    import torch
+
+    from dataecho.demo import command
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(command, "prepare", lambda *a, **k: pytest.fail("data prepared"))
+    with pytest.raises(SystemExit) as exit:
+        main(["--device", "cuda", "--out", str(tmp_path)])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "--device cuda needs a CUDA GPU, but torch.cuda.is_available() is False" in err
+    assert "pass --device cpu, or --device auto" in err and "Traceback" not in err
+
+
+def test_run_checks_its_config_before_preparing_any_data(tmp_path, monkeypatch):
+    from dataecho.demo import command
+    from dataecho.demo.config import DemoConfig
+
+    monkeypatch.setattr(command, "prepare", lambda *a, **k: pytest.fail("data prepared"))
+    with pytest.raises(ValueError, match=r"--ratio must be a finite number >= 1 .* got inf"):
+        command.run(DemoConfig(ratio=math.inf, out=str(tmp_path)))
+
+
+def test_the_default_fixed_factor_is_r_rounded_half_up_and_at_least_2(capsys):
+    # e = 1 would be no echoing; halves go up (Python's round would give 2.5 -> 2).
+    factors = [parse_args(["--ratio", r, "--out", "x"]).fixed_factor
+               for r in ("1", "1.4", "2.5", "3.5", "4.5", "4.76", "5")]
+    assert factors == [2.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0]
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    assert "R rounded half up, at least 2" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_non_finite_stream_factor_is_refused_with_the_remedy():
+    from dataecho.demo.loader import StreamDataset
+
+    for bad in (math.inf, math.nan, 0.5):
+        with pytest.raises(ValueError, match=r"factor must be a finite number >= 1 \(1 is no "
+                                             r"echoing\) or 'auto', got .*; pass e\.g\. "
+                                             r"factor=2\.0"):
+            StreamDataset("http://127.0.0.1:1", factor=bad)
+
+
 def run(name, factor, reached, seconds, fresh):
     r = RunResult(name, factor, "", reached=reached, steps=100, fresh=fresh, emitted=400,
                   train_s=seconds, wait_s=seconds / 2, final_accuracy=0.8)
@@ -76,6 +147,55 @@ def test_speedup_and_bound_when_both_reached():
     rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 5.0, True, 10.0, 100)],
                      ratio=4.0)
     assert rows[1]["speedup"] == 4.0 and rows[1]["bound"] == 4.0 and rows[1]["fresh_ratio"] == 0.25
+
+
+# The only missed run of the committed full grid: its curve peaked, then fell back.
+MISSED_CURVE = [0.5, 0.8795, 0.877, 0.872, 0.874, 0.8745, 0.8725]
+
+
+def test_a_run_records_its_best_accuracy_not_only_its_last():
+    import torch
+
+    from dataecho.demo.train import train_run
+
+    batches = iter(lambda: (None, None, torch.arange(4)), None)  # endless
+    curve = iter(MISSED_CURVE)
+
+    class Slow:  # 5 ms a step: a 50 ms budget sees at least 10 steps, each evaluated
+        average = None
+
+        def __call__(self, batch):
+            time.sleep(0.005)
+            return 0.0
+
+    result = train_run(RunResult("echo", 4.0, ""), batches, Slow(),
+                       lambda model: next(curve, MISSED_CURVE[-1]), target=0.88,
+                       budget_s=0.05, eval_every=1, log=lambda line: None)
+    assert not result.reached and len(result.points) >= len(MISSED_CURVE)
+    assert result.final_accuracy == 0.8725  # the last evaluation
+    assert result.best_accuracy == 0.8795 == max(p["accuracy"] for p in result.points)
+    assert result.as_dict()["best_accuracy"] == 0.8795  # what the grid's store records
+
+
+def test_a_missed_run_shows_its_best_accuracy_with_two_decimals(monkeypatch, capsys):
+    from dataecho.demo import command
+
+    missed = dataclasses.replace(run("echo", 4.0, False, 60.0, 100), final_accuracy=0.8725,
+                                 best_accuracy=0.8795)
+    rows = summarize([run("baseline", 1.0, True, 40.0, 400), missed], ratio=4.0)
+    assert rows[1]["best_accuracy"] == 0.8795
+    text = table(rows, 0.88)
+    assert "MISSED: best 87.95%" in text and "87.2" not in text and "88.0%" not in text
+    # The line printed when the run ends says the same.
+    monkeypatch.setattr(command, "StreamDataset", lambda *args, **kwargs: None)  # no server
+    monkeypatch.setattr(command, "describe", lambda *args, **kwargs: "fake pipeline")
+    monkeypatch.setattr(command, "make_loader", lambda *args, **kwargs: [])
+    monkeypatch.setattr(command, "Step", lambda *args, **kwargs: None)  # no model either
+    monkeypatch.setattr(command, "train_run", lambda *args, **kwargs: missed)
+    cfg = dataclasses.replace(parse_args(["--quick"]), target=0.88, budget_s=60.0)
+    command.one_run(cfg, "http://unused", "echo", 4.0, command.torch.device("cpu"),
+                    lambda model: 0.0)
+    assert "MISSED 88% within 60 s (best 87.95%)" in capsys.readouterr().out
 
 
 def test_step_is_timed_on_streamed_batches_without_the_wait():

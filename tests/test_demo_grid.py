@@ -3,12 +3,13 @@
 import dataclasses
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from dataecho.demo.grid import BASELINE, Spec, Store, plan, run_grid
-from dataecho.demo.gridreport import summary, with_speedups
+from dataecho.demo.gridreport import markdown, summary, with_speedups
 
 VARIANTS = ["before_augmentation", "after_augmentation", "batch"]
 
@@ -93,6 +94,102 @@ def test_a_run_that_missed_or_whose_baseline_missed_gets_no_speedup():
     assert (batch["reached"], batch["speedup_mean"], batch["speedup_n"]) == (0, None, 0)
 
 
+ROOT = Path(__file__).parent.parent
+
+
+def test_a_missed_run_is_reported_with_its_best_accuracy_not_its_last():
+    # The only missed run of the committed full grid: its curve peaked, then fell back.
+    curve = [0.877, 0.8795, 0.877, 0.872, 0.874, 0.8745, 0.8725]
+    specs = plan([4], ["2"], ["batch"], [0], preset="quick", budget=None)
+    runs = [{**numbers(s), **dataclasses.asdict(s), "key": s.key()} for s in specs]
+    runs[1] |= {"reached": False, "time_to_target": None, "fresh_to_target": None,
+                "final_accuracy": 0.8725,
+                "points": [{"seconds": 10.0 * k, "accuracy": a} for k, a in enumerate(curve)]}
+    # A record from before best_accuracy was stored: the best comes from its points.
+    assert with_speedups(runs)[1]["best_accuracy"] == 0.8795
+    assert "| no (best 87.95%) |" in markdown(runs, [], "test")  # not 87.2%, nor 88.0%
+    runs[1] |= {"best_accuracy": 0.8795, "points": []}  # a new record: as stored
+    assert "| no (best 87.95%) |" in markdown(runs, [], "test")
+
+
+def test_the_committed_full_grid_reports_the_best_accuracy_of_its_missed_run():
+    store = Store(ROOT / "benchmarks" / "results" / "wallclock-full.jsonl")
+    if not store.path.exists():
+        pytest.skip("no committed full grid")
+    runs = store.runs()
+    (missed,) = [r for r in with_speedups(runs) if not r["reached"]]
+    assert (missed["ratio"], missed["variant"], missed["factor"], missed["seed"]) == (
+        2.0, "after_augmentation", 4.0, 2)
+    assert (missed["final_accuracy"], missed["best_accuracy"]) == (0.8725, 0.8795)
+    assert "| no (best 87.95%) |" in markdown(runs, [], "test")
+    assert "| no (best 87.95%) |" in store.path.with_suffix(".md").read_text()  # replotted
+
+
+NO_TORCH = """
+import importlib.util, sys
+sys.modules["torch"] = None  # any import of torch now raises ImportError
+import dataecho.demo.gridreport
+import dataecho.demo.report
+spec = importlib.util.spec_from_file_location("wallclock", sys.argv[1])
+wallclock = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wallclock)
+wallclock.plot = lambda groups, path: None  # faster; matplotlib needs no torch either
+assert wallclock.main(["--replot", "--tag", "t", "--out", sys.argv[2]]) == 0
+"""
+
+
+def test_the_grid_report_and_its_replot_need_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    spec = Spec(6.0, 2.0, "batch", 0, "quick", None)
+    base = Spec(6.0, 1.0, BASELINE, 0, "quick", None)
+    store = Store(tmp_path / "wallclock-t.jsonl")
+    for s in (base, spec):
+        store.append({**numbers(s), **dataclasses.asdict(s), "kind": "run", "key": s.key()})
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, str(ROOT / "benchmarks" /
+                           "wallclock.py"), str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "wallclock-t.md").read_text()
+    assert "| 6 | 5.40 | batch | 2 | 2.00 | 1/1 | 2.00x (2.00-2.00, n=1) |" in table
+
+
+EXPORTS = """
+import types
+import dataecho.experiments.sweep  # imports the submodule `train` before the package's name
+import dataecho.experiments as experiments
+from dataecho.experiments.cli import report_main, reproduce_main
+from dataecho.experiments.conditions import Condition
+from dataecho.experiments.crossing import Crossing, find_crossing
+from dataecho.experiments.protocol import BUDGETS, Plan, plan
+from dataecho.experiments.report import write_report
+from dataecho.experiments.search import HParams, search_points
+from dataecho.experiments.store import Store
+from dataecho.experiments.sweep import run
+from dataecho.experiments.train import Trial, train
+from dataecho.experiments.workloads import WORKLOADS, Workload
+expected = dict(globals())
+assert len(experiments.__all__) == 17, experiments.__all__
+for name in experiments.__all__:
+    exec(f"from dataecho.experiments import {name} as value")
+    assert value is expected[name] is getattr(experiments, name), name
+assert isinstance(experiments.train, types.FunctionType), experiments.train
+assert experiments.store.Store is Store  # submodules as attributes, as before
+"""
+
+
+@pytest.mark.torch
+def test_the_experiments_package_still_exports_every_name_it_imports_lazily():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", EXPORTS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def load_wallclock():
     pytest.importorskip("torch")
     path = Path(__file__).parent.parent / "benchmarks" / "wallclock.py"
@@ -162,3 +259,83 @@ def test_a_one_file_result_from_before_the_store_is_converted(tmp_path):
     assert [(r["variant"], r["factor"], r["ratio_seen"]) for r in runs] == [
         (BASELINE, 1.0, 5.0), ("before_augmentation", 4.0, 5.0)]
     assert with_speedups(runs)[1]["speedup"] == 3.0
+
+
+def refuse_to_start(monkeypatch, wallclock):
+    """Makes any data preparation or run fail the test: the flags must be checked first."""
+    class NoBench:
+        def __init__(self, cfg, store):
+            pytest.fail("the grid started before the flags were checked")
+
+    monkeypatch.setattr(wallclock, "Bench", NoBench)
+    monkeypatch.setattr(wallclock, "prepare", lambda *a, **k: pytest.fail("data prepared"))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("argv, message", [
+    (["--ratios", "0"], r"--ratios must be finite numbers >= 1 .* got 0; pass e\.g\. "
+                        r"--ratios 6 4 2"),
+    (["--ratios", "-1"], r"--ratios must be finite numbers >= 1 .* got -1"),
+    (["--ratios", "inf"], r"--ratios must be finite numbers >= 1 .* got inf"),
+    (["--factors", "x"], r"--factors must each be a finite number >= 1 .* got 'x'; pass e\.g\. "
+                         r"--factors 2 4 R auto"),
+    (["--factors", "2", "inf"], r"--factors must each be .* got 'inf'"),
+    (["--factors", "nan"], r"--factors must each be .* got 'nan'"),
+    (["--budget", "-5"], r"--budget must be a finite number of seconds > 0, got -5; pass"),
+    (["--budget", "0"], r"--budget must be a finite number of seconds > 0, got 0; pass"),
+    (["--seeds", "0", "-1"], r"--seeds must be ints in \[0, 2\*\*63\), got -1; pass"),
+])
+def test_bad_benchmark_flags_exit_with_status_2_naming_the_flag_before_anything_runs(
+        argv, message, tmp_path, monkeypatch, capsys):
+    wallclock = load_wallclock()
+    refuse_to_start(monkeypatch, wallclock)
+    with pytest.raises(SystemExit) as exit:
+        wallclock.main([*argv, "--tag", "t", "--out", str(tmp_path)])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no store was written
+
+
+@pytest.mark.torch
+def test_a_store_of_another_device_is_refused_not_reused(tmp_path, monkeypatch, capsys):
+    import torch
+
+    wallclock = load_wallclock()
+    refuse_to_start(monkeypatch, wallclock)
+    spec = Spec(6.0, 1.0, BASELINE, 0, "quick", None)
+    Store(tmp_path / "wallclock-t.jsonl").append(
+        {**numbers(spec), **dataclasses.asdict(spec), "kind": "run", "key": spec.key(),
+         "device": "cpu"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    argv = ["--ratios", "6", "--factors", "2", "--seeds", "0", "--preset", "quick",
+            "--tag", "t", "--out", str(tmp_path)]
+    for device in ("cuda", "auto"):  # auto trains on the GPU where there is one
+        with pytest.raises(SystemExit) as exit:
+            wallclock.main([*argv, "--device", device])
+        assert exit.value.code == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"--device {device} trains on cuda, but" in err
+        assert "(--tag 't') holds runs trained on cpu" in err
+        assert "pass --device cpu to continue that grid, or --tag t-cuda" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit:
+        wallclock.main([*argv, "--device", "cuda"])
+    assert exit.value.code == 2
+    assert "--device cuda needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.torch
+def test_the_committed_full_store_is_found_whole_on_the_cpu_and_refused_on_a_gpu():
+    # The key has no device; the stored CPU grid must still match the default grid's keys
+    # (R rounded half up is R for whole R) and must not pass for a GPU grid.
+    wallclock = load_wallclock()
+    store = Store(wallclock.RESULTS / "wallclock-full.jsonl")
+    if not store.path.exists():
+        pytest.skip("no committed full grid")
+    specs = plan([6.0, 4.0, 2.0], ["2", "4", "R", "auto"], VARIANTS, [0, 1, 2],
+                 preset="default", budget=None)
+    assert {s.key() for s in specs} <= store.done()
+    wallclock.check_store_device(store, "cpu", "auto", "full")
+    with pytest.raises(ValueError, match=r"--device cuda trains on cuda.*--tag full-cuda"):
+        wallclock.check_store_device(store, "cuda", "cuda", "full")

@@ -1,6 +1,7 @@
 """The demo's shard stream: exact checkpoints, disjoint readers, per-epoch order."""
 
 import runpy
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -94,8 +95,11 @@ def test_crop_flip_keeps_pixels_label_and_uid_and_varies_with_the_generator():
         CropFlip(pad=-1)
 
 
-def test_the_remote_shards_example_resumes_without_losing_an_image(capsys):
+def test_the_remote_shards_example_resumes_without_losing_an_image_and_leaves_no_shards(
+        capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its temporary shards go
     example = Path(__file__).parent.parent / "examples" / "remote_shards.py"
     runpy.run_path(str(example), run_name="__main__")
     assert "fresh images: 2000 of 2000" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # the shard folder is removed, every run

@@ -127,6 +127,24 @@ def test_max_factor_with_a_fixed_factor_is_an_error_not_a_silent_no_op():
         dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=8, max_factor=3)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"factor": 3}, r"factor does nothing with echo=None \(no echoing: the baseline\), got "
+                    r"factor=3; drop factor for the baseline, or pass a variant"),
+    ({"factor": "auto"}, r"factor does nothing with echo=None .* got factor='auto'; drop"),
+    ({"max_factor": 4}, r"max_factor does nothing with echo=None .* got max_factor=4; drop"),
+    ({"factor": "auto", "max_factor": 8},
+     r"factor and max_factor do nothing with echo=None .* got factor='auto', max_factor=8"),
+])
+def test_echo_none_with_a_factor_or_max_factor_is_an_error_not_a_silent_baseline(kwargs,
+                                                                                 message):
+    with pytest.raises(ValueError, match=message):
+        dataecho.pipeline(DATA, echo=None, batch_size=8, **kwargs)
+    baseline = ["Source", "Batch"]  # factor 1 or no factor is the baseline, as before
+    assert _stages(dataecho.pipeline(DATA, echo=None, factor=1, batch_size=8)) == baseline
+    assert _stages(dataecho.pipeline(DATA, echo=None, batch_size=8)) == baseline
+    assert "factor=2.0" in repr(dataecho.pipeline(DATA, echo="batch", batch_size=8))
+
+
 def test_an_augment_that_is_not_a_function_is_reported_under_its_own_name():
     with pytest.raises(TypeError, match=r"augment must be callable .* got 'flip' of type str"):
         dataecho.pipeline([1, 2, 3], augment="flip", factor=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ class DemoConfig:
 
     preset: str = "default"  # which preset the other fields came from
     ratio: float = 5.0  # R to set up: seconds to fetch a batch / seconds per training step
-    factor: float | None = None  # fixed echo factor of run (b); None: round(ratio)
+    factor: float | None = None  # fixed echo factor of run (b); None: default_factor(ratio)
     adaptive: bool = True  # also run adaptive echoing (c)
     # Where the echo stands: "before_augmentation" (the paper's best),
     # "after_augmentation" (identical copies) or "batch" (whole batches, in the trainer).
@@ -44,12 +45,26 @@ class DemoConfig:
 
     @property
     def fixed_factor(self) -> float:
-        """The factor of the fixed-echo run: ``factor``, else ``ratio`` rounded."""
-        return float(self.factor) if self.factor is not None else float(max(2, round(self.ratio)))
+        """The factor of the fixed-echo run: ``factor``, else :func:`default_factor` of R."""
+        return float(self.factor) if self.factor is not None else default_factor(self.ratio)
 
     def as_dict(self) -> dict[str, object]:
         """The resolved configuration, for the result file."""
         return {**dataclasses.asdict(self), "fixed_factor": self.fixed_factor}
+
+
+def default_factor(ratio: float) -> float:
+    """The fixed factor of run (b) without ``--factor``: ``R`` rounded half up, at least 2.
+
+    Half up (``floor(R + 0.5)``), not Python's ``round`` (halves to even, which gives
+    2.5 -> 2 but 3.5 -> 4). At least 2 because ``e = 1`` is no echoing: for ``R``
+    below 1.5 run (b) would repeat the baseline.
+
+    Example:
+        >>> default_factor(4.76), default_factor(4.5), default_factor(2.5), default_factor(1.2)
+        (5.0, 5.0, 3.0, 2.0)
+    """
+    return float(max(2, math.floor(ratio + 0.5)))
 
 
 PRESETS: dict[str, dict[str, object]] = {
@@ -80,7 +95,9 @@ def parse_args(argv: list[str]) -> DemoConfig:
     size.add_argument("--quick", action="store_true", help="under 2 minutes (target 83%%)")
     size.add_argument("--smoke", action="store_true", help="seconds; for tests")
     p.add_argument("--ratio", type=float, help="R to set up, >= 1 (default 5)")
-    p.add_argument("--factor", type=float, help="fixed echo factor (default: R rounded)")
+    p.add_argument("--factor", type=float,
+                   help="fixed echo factor, >= 1 (default: R rounded half up, at least 2, "
+                        "since e=1 is no echoing)")
     p.add_argument("--target", type=float, help="test accuracy that ends a run, in (0, 1)")
     p.add_argument("--budget", type=float, dest="budget_s",
                    help="training seconds per run (default: 2,000 baseline steps at R)")
@@ -88,22 +105,67 @@ def parse_args(argv: list[str]) -> DemoConfig:
                    help="where echoing stands (default before_augmentation)")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false", default=None,
                    help="skip the adaptive run")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--seed", type=int)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"),
+                   help="training device (default auto: CUDA if available)")
+    p.add_argument("--seed", type=int, help="the one seed, >= 0 (default 0)")
     p.add_argument("--out", help="folder for the table, plot and JSON (default runs/demo-TIME)")
     args = vars(p.parse_args(argv))
     smoke, quick = args.pop("smoke"), args.pop("quick")
     preset = "smoke" if smoke else "quick" if quick else "default"
     fields = {**PRESETS[preset], **{k: v for k, v in args.items() if v is not None}}
     cfg = DemoConfig(preset=preset, **fields)
-    if not cfg.ratio >= 1:
-        p.error(f"--ratio must be >= 1 (upstream at least as slow as a step), got {cfg.ratio}")
-    if cfg.factor is not None and not cfg.factor >= 1:
-        p.error(f"--factor must be >= 1, got {cfg.factor}")
-    if not 0 < cfg.target < 1:
-        p.error(f"--target must be an accuracy in (0, 1), got {cfg.target}")
-    if cfg.budget_s is not None and not cfg.budget_s > 0:
-        p.error(f"--budget must be > 0 seconds, got {cfg.budget_s}")
+    try:
+        check_config(cfg)
+    except ValueError as error:
+        p.error(str(error))  # the message and exit status 2, before any data or training
     if not cfg.out:
         cfg = dataclasses.replace(cfg, out=str(Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
+    return cfg
+
+
+def check_config(cfg: DemoConfig) -> DemoConfig:
+    """Returns ``cfg`` after checking every field a flag sets; a ValueError names the flag.
+
+    Runs before any data is prepared, so a bad value fails at once, not after minutes
+    of calibration and a baseline run.
+
+    Example:
+        >>> try:
+        ...     check_config(DemoConfig(ratio=float("inf")))
+        ... except ValueError as e:
+        ...     print(str(e)[:40])
+        --ratio must be a finite number >= 1 (se
+    """
+    if not (math.isfinite(cfg.ratio) and cfg.ratio >= 1):
+        raise ValueError(
+            f"--ratio must be a finite number >= 1 (seconds to fetch a batch over seconds "
+            f"per training step: upstream at least as slow as a step), got {cfg.ratio:g}; "
+            "pass e.g. --ratio 5")
+    if cfg.factor is not None and not (math.isfinite(cfg.factor) and cfg.factor >= 1):
+        raise ValueError(
+            f"--factor must be a finite number >= 1 (uses of each fresh example; 1 is no "
+            f"echoing), got {cfg.factor:g}; pass e.g. --factor 4, or leave it out for R "
+            f"rounded half up (here {default_factor(cfg.ratio):g})")
+    if not 0 < cfg.target < 1:
+        raise ValueError(
+            f"--target must be an accuracy in (0, 1), got {cfg.target:g}; pass e.g. "
+            "--target 0.88 for 88%")
+    if cfg.budget_s is not None and not (math.isfinite(cfg.budget_s) and cfg.budget_s > 0):
+        raise ValueError(
+            f"--budget must be a finite number of seconds > 0, got {cfg.budget_s:g}; pass "
+            "e.g. --budget 300, or leave it out for 2,000 baseline steps at the calibrated R")
+    if not 0 <= cfg.seed < 2**63:
+        raise ValueError(
+            f"--seed must be an int in [0, 2**63), got {cfg.seed}; pass e.g. --seed 0")
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise ValueError(
+            f"--device must be auto, cpu or cuda, got {cfg.device!r}; pass --device auto")
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"--device cuda needs a CUDA GPU, but torch.cuda.is_available() is False "
+                f"(torch {torch.__version__}); pass --device cpu, or --device auto to use a "
+                "GPU only where there is one")
     return cfg

@@ -10,6 +10,7 @@ measured in an earlier invocation serves the runs of a later one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -55,17 +56,24 @@ class Spec:
 
 
 def factor_of(name: str, ratio: float) -> Factor:
-    """``"R"`` -> R rounded, ``"auto"`` -> ``"auto"``, else the number.
+    """``"R"`` -> R rounded half up, ``"auto"`` -> ``"auto"``, else the number.
 
     Example:
-        >>> factor_of("R", 5.6), factor_of("auto", 2.0), factor_of("2", 6.0)
-        (6.0, 'auto', 2.0)
+        >>> factor_of("R", 5.6), factor_of("R", 4.5), factor_of("auto", 2.0), factor_of("2", 6.0)
+        (6.0, 5.0, 'auto', 2.0)
     """
     if name == "auto":
         return "auto"
-    factor = float(max(1, round(ratio))) if name == "R" else float(name)
-    if not factor >= 1:
-        raise ValueError(f"factors must be numbers >= 1, 'R' or 'auto', got {name!r}")
+    if name == "R":
+        return float(max(1, math.floor(ratio + 0.5)))
+    try:
+        factor = float(name)
+    except ValueError:
+        factor = math.nan
+    if not (math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factors must be finite numbers >= 1 (1 is the baseline, which "
+                         f"always runs), 'R' or 'auto', got {name!r}; pass e.g. "
+                         "2 4 R auto")
     return factor
 
 

@@ -37,8 +37,26 @@ def interpolated_time(run: dict[str, Any]) -> float | None:
     return None if crossing is None else float(crossing.interpolated)
 
 
+def best_accuracy(run: dict[str, Any]) -> float:
+    """The highest accuracy over the run's evaluations: what a run that missed reached.
+
+    ``final_accuracy`` is the last evaluation's, lower when the curve fell back at the
+    end; records written before ``best_accuracy`` was stored get it from their points.
+
+    Example:
+        >>> best_accuracy({"final_accuracy": 0.87, "points": [
+        ...     {"accuracy": 0.88}, {"accuracy": 0.87}]})
+        0.88
+    """
+    if run.get("best_accuracy") is not None:
+        return float(run["best_accuracy"])
+    points = run.get("points") or []
+    return max((float(p["accuracy"]) for p in points), default=float(run["final_accuracy"]))
+
+
 def with_speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each run with its baseline's measured R, speedups and fresh ratio (None if unmeasured).
+    """Each run with its baseline's measured R, speedups, fresh ratio (None if unmeasured)
+    and best accuracy (:func:`best_accuracy`).
 
     Speedup is the same (R, seed) baseline's time to target over the run's, only where
     both reached the target: ``speedup`` from the first evaluations at the target,
@@ -58,7 +76,7 @@ def with_speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 interpolated = theirs / mine
         out.append({**r, "ratio_measured": b["ratio_seen"] if b else None,
                     "speedup": speedup, "speedup_interpolated": interpolated,
-                    "fresh_ratio": fresh})
+                    "fresh_ratio": fresh, "best_accuracy": best_accuracy(r)})
     return sorted(out, key=_order)
 
 
@@ -202,7 +220,7 @@ def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], tit
                   "fresh to target | realised e | stall | speedup | fresh ratio |",
                   "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in mine:
-            reach = "yes" if r["reached"] else f"no (best {r['final_accuracy']:.1%})"
+            reach = "yes" if r["reached"] else f"no (best {r['best_accuracy']:.2%})"
             lines.append(f"| {r['ratio']:g} | {r['seed']} | {r['variant']} | "
                          f"{_factor(r['factor'])} | {reach} | "
                          f"{num(r['time_to_target'], '.1f')} | {r['steps']:,} | "

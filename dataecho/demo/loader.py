@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -67,8 +68,12 @@ class StreamDataset(IterableDataset[Any]):
                  batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
                  prefetch: int = 2) -> None:
         if factor != "auto" and (isinstance(factor, bool | str)
-                                 or not isinstance(factor, numbers.Real) or factor < 1):
-            raise ValueError(f"factor must be a number >= 1 or 'auto', got {factor!r}")
+                                 or not isinstance(factor, numbers.Real)
+                                 or not (math.isfinite(factor) and factor >= 1)):
+            raise ValueError(
+                f"factor must be a finite number >= 1 (1 is no echoing) or 'auto', got "
+                f"{factor!r}; pass e.g. factor=2.0 for a fixed factor, factor=1 for the "
+                "baseline, or factor='auto' for adaptive echoing")
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got "
                              f"{variant!r}; pass variant='before_augmentation' (the paper's best)")

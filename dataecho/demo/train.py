@@ -94,7 +94,8 @@ class RunResult:
     # The echo stage's own counts, where it runs in the trainer's process (batch
     # echoing): (fresh, emitted) examples, a cross-check of the uid counts above.
     echo_counts: tuple[int, int] | None = None
-    final_accuracy: float = 0.0
+    final_accuracy: float = 0.0  # at the last evaluation
+    best_accuracy: float = 0.0  # the highest over the evaluations: what a missed run reached
     points: list[dict[str, float]] = field(default_factory=list)
 
     @property
@@ -190,6 +191,7 @@ def _evaluate(result: RunResult, step: Step, evaluate: Evaluator, clock: float,
               log: Callable[[str], None]) -> None:
     began = time.perf_counter()
     result.final_accuracy = evaluate(step.average)
+    result.best_accuracy = max(result.best_accuracy, result.final_accuracy)
     result.eval_s += time.perf_counter() - began
     result.points.append({"step": result.steps, "fresh": result.fresh, "emitted": result.emitted,
                           "seconds": clock, "accuracy": result.final_accuracy,

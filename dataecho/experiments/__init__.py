@@ -13,16 +13,64 @@ Example:
     8
 """
 
-from .cli import report_main, reproduce_main
-from .conditions import Condition
-from .crossing import Crossing, find_crossing
-from .protocol import BUDGETS, Plan, plan
-from .report import write_report
-from .search import HParams, search_points
-from .store import Store
-from .sweep import run
-from .train import Trial, train
-from .workloads import WORKLOADS, Workload
+import importlib
+import pkgutil
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cli import report_main, reproduce_main
+    from .conditions import Condition
+    from .crossing import Crossing, find_crossing
+    from .protocol import BUDGETS, Plan, plan
+    from .report import write_report
+    from .search import HParams, search_points
+    from .store import Store
+    from .sweep import run
+    from .train import Trial, train
+    from .workloads import WORKLOADS, Workload
+
+# Imported at first use (PEP 562), so the torch-free modules (``crossing``, ``store``,
+# ``conditions``, ...) import without torch: ``dataecho.demo.gridreport`` uses
+# ``crossing``, and importing any submodule runs this file first.
+_EXPORTS = {
+    "report_main": "cli", "reproduce_main": "cli", "Condition": "conditions",
+    "Crossing": "crossing", "find_crossing": "crossing", "BUDGETS": "protocol",
+    "Plan": "protocol", "plan": "protocol", "write_report": "report", "HParams": "search",
+    "search_points": "search", "Store": "store", "run": "sweep", "Trial": "train",
+    "train": "train", "WORKLOADS": "workloads", "Workload": "workloads",
+}
+_SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+
+
+class _Package(types.ModuleType):
+    """Keeps ``dataecho.experiments.train`` the function, as when everything was imported
+    eagerly: importing the submodule of that name binds the module here once loaded."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _EXPORTS and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "BUDGETS",
