@@ -94,16 +94,16 @@ def pipeline(
             "pass echo='before_augmentation' for the paper's best variant"
         )
     check_augment(augment)
-    if echo is None and (factor not in (None, 1) or isinstance(factor, bool)
-                         or max_factor is not None):
+    if echo is None:
         given = {k: v for k, v in (("factor", factor), ("max_factor", max_factor))
-                 if v is not None and not (k == "factor" and v == 1 and v is not True)}
-        names = " and ".join(given)
-        raise ValueError(
-            f"{names} {'does' if len(given) == 1 else 'do'} nothing with echo=None (no "
-            f"echoing: the baseline), got "
-            f"{', '.join(f'{k}={v!r}' for k, v in given.items())}; drop {names} for the "
-            "baseline, or pass a variant such as echo='before_augmentation' to echo")
+                 if v is not None and not (k == "factor" and v == 1)}
+        if given:
+            names = " and ".join(given)
+            raise ValueError(
+                f"{names} {'does' if len(given) == 1 else 'do'} nothing with echo=None (no "
+                f"echoing: the baseline), got "
+                f"{', '.join(f'{k}={v!r}' for k, v in given.items())}; drop {names} for the "
+                "baseline, or pass a variant such as echo='before_augmentation' to echo")
     if factor is None:
         factor = 1.0 if echo is None else 2.0
     auto = factor == "auto"
