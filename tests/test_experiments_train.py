@@ -68,3 +68,19 @@ def test_a_trial_depends_on_its_seed_only_and_leaves_the_global_torch_rng_alone(
         curves.append(train(WORKLOADS["digits"], trial)["curve"]["loss"][1:])
         assert torch.equal(torch.get_rng_state(), state)
     assert curves[0] == curves[1]
+
+
+def test_stopping_and_the_stored_curve_agree_for_a_value_within_rounding_of_the_target():
+    import dataclasses
+
+    class Near(type(DIGITS)):
+        def evaluate(self, model, data):
+            return self.target - 4e-7  # stored as the target itself (6 decimals)
+
+    near = Near(**{f.name: getattr(DIGITS, f.name) for f in dataclasses.fields(DIGITS)})
+    cond = Condition.default("digits", "baseline", 1, 32)
+    record = train(near, Trial(cond, GOOD, 0, "target"))
+    assert record["curve"]["metric"][0] == DIGITS.target
+    # It stops at the first evaluation after the start (the one at the start never
+    # stops a trial), instead of training to the budget past a stored crossing.
+    assert record["status"] == "reached" and len(record["curve"]["metric"]) == 2
