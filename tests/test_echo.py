@@ -184,3 +184,22 @@ def test_total_copies_checks_n(n, error, message):
 
 def test_total_copies_of_no_items_is_zero():
     assert total_copies(1.5, 0, 0) == 0 == total_copies(2, 0, 0)
+
+
+@pytest.mark.parametrize("stage_of", [
+    lambda: Echo(Batch(range(23), 4), 2.5, seed=3),
+    lambda: AdaptiveEcho(Batch(range(23), 4), max_factor=3, min_fresh=1),
+])
+def test_counts_of_a_saved_state_are_the_counts_of_the_stage_that_saved_it(stage_of):
+    stage = stage_of()
+    kind = type(stage)
+    assert kind.counts_of_state(stage.state_dict()) == stage.echo_counts() == (0, 0, 0, 0)
+    for _ in stage:
+        state = json.loads(json.dumps(stage.state_dict()))
+        assert kind.counts_of_state(state) == stage.echo_counts()
+        restored = stage_of()
+        restored.load_state_dict(state)
+        assert restored.echo_counts() == stage.echo_counts()
+        restored.close()
+    assert stage.echo_counts()[0] == 23
+    stage.close()
