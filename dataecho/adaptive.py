@@ -134,6 +134,8 @@ class AdaptiveEcho(Stage[T]):
         start = self._clock()
         if self._first is None:
             self._first = start
+        self._open()
+        before = self._resume, self._fresh, self._fresh_ex
         try:
             out = self._step()
         except StopIteration:
@@ -141,6 +143,9 @@ class AdaptiveEcho(Stage[T]):
             self._blocked += self._end - start
             raise
         except BaseException:  # KeyboardInterrupt included: stop the thread, promptly
+            # The fresh items this step took never reached the consumer: uncount them,
+            # so a checkpoint taken now re-reads them instead of skipping them.
+            self._resume, self._fresh, self._fresh_ex = before
             self._over = True
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise

@@ -114,7 +114,10 @@ class Echo(Stage[T]):
         try:
             item = next(self.upstream)
         except BaseException:
-            self.upstream.load_state_dict(self.upstream._expand(self._before))
+            # Roll back only an upstream that moved (a batcher keeps a partial batch):
+            # one that did not may be a one-shot iterator, which cannot be restored.
+            if self.upstream._snapshot() != self._before:
+                self.upstream.load_state_dict(self.upstream._expand(self._before))
             raise
         self._item, self._left, self._owed = item, self._owed - 1, 0
         return item  # type: ignore[no-any-return]

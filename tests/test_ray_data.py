@@ -107,14 +107,16 @@ def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
 def test_ray_pipeline_counts_every_fresh_row_once():
     """A real local Ray cluster (``ray[data]`` is a test dependency; ~20 s)."""
     ray = pytest.importorskip("ray")
+    pytest.importorskip("torch")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True,
              log_to_driver=False)
     try:
         ds = ray.data.range(1000, override_num_blocks=4)
         ds = echo_rows(ds, 1.5, key="id", seed=0)
         ds = ds.map_batches(lambda b: {**b, "x": b["id"] * 2 + b[COPY_COLUMN]})
-        stage = CountCopies(ds.iter_batches(batch_size=64, local_shuffle_buffer_size=256,
-                                            local_shuffle_seed=0))
+        # iter_torch_batches, as the README: it needs the ray extra's pydantic.
+        stage = CountCopies(ds.iter_torch_batches(batch_size=64, local_shuffle_buffer_size=256,
+                                                  local_shuffle_seed=0))
         seen = Counter(i for batch in stage for i in batch["id"].tolist())
         assert set(seen) == set(range(1000))
         assert sum(seen.values()) == int(copies_at(1.5, 0, np.arange(1000)).sum())
