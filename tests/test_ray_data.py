@@ -147,3 +147,26 @@ def test_ray_pipeline_counts_every_fresh_row_once():
         assert sum(c.stats().fresh_examples for c in fresh) == 200
     finally:
         ray.shutdown()
+
+
+def test_a_later_echo_counts_rows_not_batches():
+    rows = EchoRows(2)({"id": np.arange(40)})  # 80 rows, 40 fresh
+    batches = [{k: v[i:i + 8] for k, v in rows.items()} for i in range(0, 80, 8)]
+    stage = Echo(CountCopies(batches), 2)
+    assert sum(len(b["id"]) for b in stage) == 160
+    stats = stage.stats()
+    assert (stats.fresh_examples, stats.emitted_examples, stats.batches) == (40, 160, 20)
+
+
+def test_echo_rows_tells_ray_it_changes_the_row_count():
+    class Dataset:  # Ray's map_batches signature (its default differs across versions)
+        def map_batches(self, fn, *, batch_format="default", udf_modifying_row_count=False,
+                        **kwargs):
+            self.seen = {"batch_format": batch_format,
+                         "udf_modifying_row_count": udf_modifying_row_count, **kwargs}
+            return self
+
+    assert echo_rows(Dataset(), 2).seen == {"batch_format": "numpy",
+                                            "udf_modifying_row_count": True}
+    assert echo_rows(Dataset(), 2, udf_modifying_row_count=False,
+                     num_cpus=1).seen["udf_modifying_row_count"] is False
