@@ -130,7 +130,9 @@ def _findings(work: dict[str, tuple[dict[Condition, ConditionResult], int]],
            "parts hold; **not held** = the medians go against the claim with disjoint "
            "ranges; **inconclusive** = against with overlapping ranges, or no data. With "
            "fewer than 3 seeds ranges never count as disjoint, so a verdict is at most "
-           "**partly**.", "",
+           "**partly**; a part not measured yet counts as no data. Finding 6 claims no "
+           "harm: held when echoing's median is not worse (3+ seeds each), not held only "
+           "when it is worse with disjoint ranges.", "",
            "| # | Paper | Measured here | Verdict |", "|---|---|---|---|"]
     out += [f"| {f.number} | {f.claim} | {f.measured} | **{f.verdict}** |" for f in rows]
     return [*out, ""]
