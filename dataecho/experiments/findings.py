@@ -240,8 +240,8 @@ def f3_factor(work: dict[str, tuple[Results, int]]) -> Finding:
             if len(runs) < 2:
                 continue
             f1 = base.fresh().median
-            text = ", ".join(f"e={e}: {fmt(r.fresh().median)} "
-                             f"({f1 / r.fresh().median:.2f}x of ideal {e}x)" for e, r in runs)
+            text = ", ".join(f"e={e}: {spread_text(r.fresh())} "
+                             f"({times(f1 / r.fresh().median)} of ideal {e}x)" for e, r in runs)
             top = runs[-1][1]
             sign, clear = compare(top.fresh(), base.fresh())
             parts.append((-sign, clear))  # the largest factor still beats the baseline
@@ -396,9 +396,9 @@ def f7_ranking(work: dict[str, tuple[Results, int]]) -> Finding:
                                                  "batch")]
         if any(r is None for r in order):
             continue
-        meds = [r.fresh().median for r in order if r is not None]
-        lines.append(f"**{wname}**: before {fmt(meds[0])}, after {fmt(meds[1])}, "
-                     f"batch {fmt(meds[2])}")
+        lines.append(f"**{wname}**: " + ", ".join(
+            f"{label} {spread_text(r.fresh())}" for label, r in
+            zip(("before", "after", "batch"), order, strict=True) if r is not None))
         for x, y in ((order[0], order[1]), (order[1], order[2])):
             assert x is not None and y is not None
             sign, clear = compare(x.fresh(), y.fresh())
