@@ -129,9 +129,10 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         partial = len(copies) < self.batch_size
         if not copies or (partial and (self.drop_last or self.agree is not alone)):
             raise StopIteration
+        batch = self.collate([self._augmented(c) for c in copies])  # may raise: count after
         self._emit(copies)
         self.last_size = len(copies)
-        return self.collate([self._augmented(c) for c in copies])
+        return batch
 
     def _augmented(self, copy: Copy) -> Any:
         value, index, use, _ = copy

@@ -114,7 +114,10 @@ class Echo(Stage[T]):
         try:
             item = next(self.upstream)
         except BaseException:
-            self.upstream.load_state_dict(self.upstream._expand(self._before))
+            # Roll back only an upstream that moved (a batcher keeps a partial batch):
+            # one that did not may be a one-shot iterator, which cannot be restored.
+            if self.upstream._snapshot() != self._before:
+                self.upstream.load_state_dict(self.upstream._expand(self._before))
             raise
         self._item, self._left, self._owed = item, self._owed - 1, 0
         return item  # type: ignore[no-any-return]
@@ -137,9 +140,28 @@ class Echo(Stage[T]):
 
     def echo_counts(self) -> tuple[int, int, int, int]:
         """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
+        # Called per example by EchoDataset's counters: no dict here.
         left = self._left + self._owed
         return (self._fresh_ex, self._planned_ex - left * self._size,
                 self._fresh, self._planned - left)
+
+    @staticmethod
+    def counts_of_state(state: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        """The :meth:`echo_counts` of a stage restored from ``state``, without one.
+
+        The state holds the copies planned and the ``left`` copies still owed (of
+        ``size`` examples each): those are not emitted yet. Missing fields count 0.
+
+        Example:
+            >>> stage = Echo(range(3), factor=2)
+            >>> _ = next(stage)
+            >>> Echo.counts_of_state(stage.state_dict()) == stage.echo_counts() == (1, 1, 1, 1)
+            True
+        """
+        left, size = int(state.get("left", 0)), int(state.get("size", 1))
+        return (int(state.get("fresh_examples", 0)),
+                int(state.get("planned_examples", 0)) - left * size,
+                int(state.get("fresh", 0)), int(state.get("planned", 0)) - left)
 
     def _config(self) -> dict[str, Any]:
         return {"factor": self.factor, "seed": self.seed}

@@ -150,6 +150,8 @@ class EchoBuffer(Generic[T]):
         size = len(self._entries)
         if rng is None or n >= size:
             picks = list(range(max(size - n, 0), size))
+        elif n == 1:  # the usual case (a batch per step): a fifth of choice()'s cost
+            picks = [int(rng.integers(size))]
         else:
             picks = sorted(rng.choice(size, size=n, replace=False).tolist())
         out = []

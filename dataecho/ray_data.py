@@ -15,6 +15,7 @@ Nothing here imports Ray: a dataset is anything with ``map_batches``.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -132,7 +133,18 @@ def echo_rows(dataset: Any, factor: float, *, key: str | None = None, seed: int 
         raise TypeError(f"dataset must be a ray.data.Dataset (with map_batches), got "
                         f"{type(dataset).__name__}; build one with ray.data.from_items/read_*")
     fn = EchoRows(factor, key=key, seed=seed, epoch=epoch, copy_column=copy_column)
+    if "udf_modifying_row_count" in _parameters(dataset.map_batches):
+        # The echo changes the row count: said explicitly, so no Ray version's default
+        # lets the optimiser push a limit() or row-count shortcut past it.
+        map_batches.setdefault("udf_modifying_row_count", True)
     return dataset.map_batches(fn, batch_format="numpy", **map_batches)
+
+
+def _parameters(fn: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a C extension: pass nothing extra
+        return {}
 
 
 class CountCopies(Stage[Any]):
@@ -163,6 +175,17 @@ class CountCopies(Stage[Any]):
         self.upstream = as_stage(upstream)
         self.copy_column, self.drop = str(copy_column), bool(drop)
         self._fresh = self._emitted = self._batches = 0
+        self.last_size = 0  # rows in the latest batch: a later Echo counts rows with it
+
+    @property
+    def batches(self) -> int:
+        """Batches read."""
+        return self._batches
+
+    @property
+    def examples(self) -> int:
+        """Rows in them, echoed copies included."""
+        return self._emitted
 
     def __next__(self) -> Any:
         batch = next(self.upstream)
@@ -177,6 +200,7 @@ class CountCopies(Stage[Any]):
         self._fresh += int((copies == 0).sum())
         self._emitted += int(copies.size)
         self._batches += 1
+        self.last_size = int(copies.size)
         if self.drop:
             batch = {k: v for k, v in batch.items() if k != self.copy_column}
         return batch

@@ -58,10 +58,10 @@ def default_size(upstream: Stage[Any]) -> Callable[[Any], int]:
 def batch_len(batch: object) -> int:
     """Examples in a batch: the leading dimension of its first array, else its length.
 
-    A tuple is read as a tuple of fields (first field counted), a list as a list of
-    examples unless it starts with an array or a list of arrays (``default_collate``'s
-    list of fields, nested for nested samples); pass ``size=`` to a stage when a batch
-    is laid out otherwise.
+    A dict counts its first value (nested dicts too); a tuple is read as a tuple of
+    fields (first field counted), a list as a list of examples unless it starts with an
+    array or a list of arrays (``default_collate``'s list of fields, nested for nested
+    samples); pass ``size=`` to a stage when a batch is laid out otherwise.
 
     Example:
         >>> import numpy as np
@@ -70,7 +70,7 @@ def batch_len(batch: object) -> int:
         >>> batch_len([[np.zeros((8, 5)), np.ones((8, 5))], np.zeros(8)])  # [[ids, mask], y]
         8
     """
-    if isinstance(batch, Mapping):
+    while isinstance(batch, Mapping):  # nested dicts collate to nested dicts
         batch = next(iter(batch.values()), None)
     shape = getattr(batch, "shape", None)
     if shape is not None:

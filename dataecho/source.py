@@ -57,11 +57,12 @@ class Source(Stage[T]):
         num_shards: int = 1,
         drop_remainder: bool = False,
     ) -> None:
-        if not (hasattr(data, "__len__") and hasattr(data, "__getitem__")):
+        if isinstance(data, Mapping) or not (hasattr(data, "__len__")
+                                             and hasattr(data, "__getitem__")):
             raise TypeError(
-                f"data must be a map-style data set with len() and integer indexing, got "
-                f"{type(data).__name__}; for a stream use dataecho.Echo(iterable, ...) "
-                "directly, or materialise it with list(...)"
+                f"data must be a map-style data set with len() and integer indexing 0..n-1, "
+                f"got {type(data).__name__}; for a dict pass list(d.values()), for a stream "
+                "use dataecho.Echo(iterable, ...) directly, or materialise it with list(...)"
             )
         self.data = data
         self.size = len(data)
@@ -135,9 +136,11 @@ class Source(Stage[T]):
             self._epoch += 1
             self._index = 0
             self._order = self._order_for(self._epoch)
-        i = self._order[self._index]
+        # Read, then advance: a read that raises leaves the position on the example,
+        # so calling next() again (or restoring a checkpoint taken now) retries it.
+        item = self.data[self._order[self._index]]
         self._index += 1
-        return self.data[i]
+        return item
 
     def _config(self) -> dict[str, Any]:
         return self._cfg

@@ -20,11 +20,14 @@ class EchoStats:
 
     Attributes:
         fresh_examples: examples read from upstream of the echo stage (the paper's metric).
-        emitted_examples: examples passed downstream, echoed copies included; examples
-            a later ``Batch(..., drop_last=True)`` dropped are not.
+        emitted_examples: examples the echo stage passed downstream, echoed copies
+            included; examples a later ``Batch(..., drop_last=True)`` dropped are not.
+            Mid-pass this includes items waiting in a later ``Shuffle`` window; at the
+            end of a pass it is what came out.
         fresh_items: items the echo stage read (examples, or batches for batch echoing).
         emitted_items: items the echo stage emitted, less those a later ``Batch`` dropped.
-        batches: batches the pipeline emitted, or None when it does not batch.
+        batches: batches the batcher emitted (for batch echoing: the echo stage, so
+            mid-pass a later ``Shuffle`` window's too), or None when it does not batch.
 
     Example:
         >>> EchoStats(10, 25, 10, 25, None).realised_factor

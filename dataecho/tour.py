@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         ...
         0
     """
-    parser = argparse.ArgumentParser(prog="dataecho tour", description=main.__doc__)
+    summary = (main.__doc__ or "").split("\n\n")[0]  # not the docstring's doctest
+    parser = argparse.ArgumentParser(prog="dataecho tour", description=summary)
     parser.add_argument("--examples", type=int, default=12, help="data set size")
     parser.add_argument("--factor", type=float, default=2.0, help="echo factor")
     parser.add_argument("--batch-size", type=int, default=4, help="examples per batch")

@@ -85,6 +85,22 @@ class Flaky:
         return self.next_item - 1
 
 
+class FlakyMap:
+    """A map-style data set whose reads of the listed indices fail once each."""
+
+    def __init__(self, items: Any, fail_at: Any) -> None:
+        self.items, self.fail = list(items), set(fail_at)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        if i in self.fail:
+            self.fail.discard(i)
+            raise OSError(f"transient read error at {i}")
+        return self.items[i]
+
+
 def drain_retrying(stage: Iterator[Any]) -> tuple[list[Any], Any]:
     """Every output, calling next() again after an OSError; and the state after it."""
     outputs: list[Any] = []

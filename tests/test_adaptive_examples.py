@@ -168,3 +168,29 @@ def test_make_auto_builds_each_variant(echo, kind):
 def test_make_auto_rejects_unknown_variants():
     with pytest.raises(ValueError, match=r"echo must be 'before_augmentation'.*got 'examples'"):
         make_auto(range(4), echo="examples", batch_size=2)
+
+
+def test_a_failed_augmentation_counts_no_batch_and_a_checkpoint_loses_no_example():
+    calls = []
+
+    def augment(x):
+        calls.append(x)
+        if len(calls) == 6:
+            raise RuntimeError("augmentation failed")
+        return x
+
+    def make():
+        return AdaptiveExamples(Source(list(range(12)), shuffle=False), 4, augment=augment,
+                                max_factor=1, collate=list)
+
+    with make() as stage:
+        assert next(stage) == [0, 1, 2, 3]
+        with pytest.raises(RuntimeError, match="augmentation failed"):
+            next(stage)
+        stats = stage.stats()
+        assert (stats.fresh_examples, stats.emitted_examples, stats.batches) == (4, 4, 1)
+        state = json.loads(json.dumps(stage.state_dict()))
+    with make() as restored:
+        restored.load_state_dict(state)
+        assert list(restored) == [[4, 5, 6, 7], [8, 9, 10, 11]]
+        assert restored.stats().fresh_examples == 12

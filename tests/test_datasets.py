@@ -288,3 +288,21 @@ def test_digit_split_rejects_bad_arguments() -> None:
         split_train_test(np.zeros(3), np.zeros(3, int), seed=-1)
     with pytest.raises(TypeError, match="seed must be an int, got float"):
         split_train_test(np.zeros(3), np.zeros(3, int), seed=1.0)  # type: ignore[arg-type]
+
+
+def test_copies_with_preserved_mtimes_but_other_contents_are_not_confused(
+        tmp_path: Path) -> None:
+    def write(root: Path, label: int) -> None:
+        root.mkdir()
+        for name, array in (("t10k-images-idx3-ubyte.gz", np.full((3, 28, 28), label)),
+                            ("t10k-labels-idx1-ubyte.gz", np.full(3, label))):
+            raw = bytes([0, 0, 8, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+            # Stored, not compressed: equal sizes whatever the label.
+            (root / name).write_bytes(gzip.compress(raw + array.astype(np.uint8).tobytes(),
+                                                    compresslevel=0, mtime=0))
+            os.utime(root / name, ns=(10**18, 10**18))  # as cp -p / rsync -a / tar x keep
+
+    write(tmp_path / "clean", 1)
+    write(tmp_path / "relabelled", 7)
+    assert load_fashion_mnist("test", tmp_path / "clean")[1].tolist() == [1, 1, 1]
+    assert load_fashion_mnist("test", tmp_path / "relabelled")[1].tolist() == [7, 7, 7]

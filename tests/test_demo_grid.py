@@ -157,7 +157,7 @@ def test_the_grid_report_and_its_replot_need_no_torch(tmp_path):
 
 EXPORTS = """
 import types
-import dataecho.experiments.sweep  # imports the submodule `train` before the package's name
+import dataecho.experiments.sweep  # imports the submodule `trial` first
 import dataecho.experiments as experiments
 from dataecho.experiments.cli import report_main, reproduce_main
 from dataecho.experiments.conditions import Condition
@@ -167,7 +167,7 @@ from dataecho.experiments.report import write_report
 from dataecho.experiments.search import HParams, search_points
 from dataecho.experiments.store import Store
 from dataecho.experiments.sweep import run
-from dataecho.experiments.train import Trial, train
+from dataecho.experiments.trial import Trial, train
 from dataecho.experiments.workloads import WORKLOADS, Workload
 expected = dict(globals())
 assert len(experiments.__all__) == 17, experiments.__all__

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from checkpoint import assert_restores_everywhere
+from checkpoint import Flaky, FlakyMap, assert_restores_everywhere
 from dataecho import AdaptiveEcho, Batch, Echo, Map, Shuffle, Source
 from dataecho.echo import copies_at, total_copies
 
@@ -76,27 +76,11 @@ def test_restore_mid_echo_rereads_the_item_without_counting_it_again():
     assert restored.stats().fresh_examples == 2
 
 
-class _Flaky:
-    """A map-style data set whose reads of the listed indices fail once each."""
-
-    def __init__(self, items, fail_at):
-        self.items, self.fail = list(items), set(fail_at)
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        if i in self.fail:
-            self.fail.discard(i)
-            raise OSError(f"transient read error at {i}")
-        return self.items[i]
-
-
 def test_restore_reads_no_data_and_an_upstream_error_on_the_reread_can_be_retried():
     stage = Echo(Source(list("abcdef"), shuffle=False), 3)
     next(stage), next(stage), next(stage), next(stage)  # a a a b
     state = json.loads(json.dumps(stage.state_dict()))
-    restored = Echo(Source(_Flaky("abcdef", fail_at=[1]), shuffle=False), 3)
+    restored = Echo(Source(FlakyMap("abcdef", fail_at=[1]), shuffle=False), 3)
     restored.load_state_dict(state)  # reads nothing, so cannot fail here
     assert restored.state_dict() == state
     with pytest.raises(OSError, match="at 1"):
@@ -184,3 +168,41 @@ def test_total_copies_checks_n(n, error, message):
 
 def test_total_copies_of_no_items_is_zero():
     assert total_copies(1.5, 0, 0) == 0 == total_copies(2, 0, 0)
+
+
+@pytest.mark.parametrize("stage_of", [
+    lambda: Echo(Batch(range(23), 4), 2.5, seed=3),
+    lambda: AdaptiveEcho(Batch(range(23), 4), max_factor=3, min_fresh=1),
+])
+def test_counts_of_a_saved_state_are_the_counts_of_the_stage_that_saved_it(stage_of):
+    stage = stage_of()
+    kind = type(stage)
+    assert kind.counts_of_state(stage.state_dict()) == stage.echo_counts() == (0, 0, 0, 0)
+    for _ in stage:
+        state = json.loads(json.dumps(stage.state_dict()))
+        assert kind.counts_of_state(state) == stage.echo_counts()
+        restored = stage_of()
+        restored.load_state_dict(state)
+        assert restored.echo_counts() == stage.echo_counts()
+        restored.close()
+    assert stage.echo_counts()[0] == 23
+    stage.close()
+
+
+def test_an_error_while_rereading_a_one_shot_iterator_is_raised_as_itself():
+    stage = Echo(Flaky(4, fail_at=None), 2)
+    next(stage)
+    state = json.loads(json.dumps(stage.state_dict()))
+    restored = Echo(Flaky(4, fail_at=0), 2)
+    restored.load_state_dict(state)
+    with pytest.raises(OSError, match="transient"):  # not "cannot restore" from a rollback
+        next(restored)
+    assert list(restored) == [0, 1, 1, 2, 2, 3, 3]  # the retry re-reads the echoed item
+
+
+def test_batches_of_nested_dicts_count_their_examples():
+    data = [{"inputs": {"ids": np.arange(3)}, "label": i} for i in range(8)]
+    stage = Echo(Shuffle(Batch(Source(data, shuffle=False), 4), 2, seed=0), 2)
+    assert len(list(stage)) == 4
+    stats = stage.stats()
+    assert (stats.fresh_examples, stats.emitted_examples) == (8, 16)

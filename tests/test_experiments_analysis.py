@@ -127,3 +127,38 @@ def test_figures_draw_a_missed_seed_up_to_the_conditions_own_budget(tmp_path):
     res = collect(records)["w"]
     w = {"name": "w", "batch_size": 8, "fresh_budget": 150}
     assert fig6_batch(res, w, tmp_path / "f6.png").exists()
+
+
+def test_finding_1_can_say_not_held_and_needs_every_workloads_baseline():
+    from dataecho.experiments.findings import f1_fewer_fresh
+    worse = _results({("baseline", 1, 8): [100.0, 101.0, 102.0],
+                      ("before_augmentation", 2, 8): [200.0, 201.0, 202.0],
+                      ("batch", 2, 8): [300.0, 301.0, 302.0]})
+    assert f1_fewer_fresh({"w": (worse, 8)}).verdict == "not held"
+    better = _results({("baseline", 1, 8): [300.0, 301.0, 302.0],
+                       ("batch", 2, 8): [100.0, 101.0, 102.0]})
+    no_baseline = _results({("batch", 2, 8): [100.0, 101.0, 102.0]})
+    finding = f1_fewer_fresh({"w": (better, 8), "v": (no_baseline, 8)})
+    assert finding.verdict == "partly"
+    assert "**v**: no baseline result yet" in finding.measured
+
+
+def _buffer_search(variant, buffer_batches, values):
+    records = []
+    for seed, value in enumerate(values):
+        cond = Condition.default("w", variant, 2, 8, buffer_batches=buffer_batches)
+        records.append({**_trial(0, value, seed=seed), "condition": cond.as_dict(),
+                        "search_trials": 1})
+    return records
+
+
+def test_finding_5_is_about_both_kinds_so_one_kind_swept_is_partly():
+    from dataecho.experiments.findings import f5_shuffle
+    records = (_buffer_search("before_augmentation", 0, [200.0, 201.0, 202.0])
+               + _buffer_search("before_augmentation", 50, [100.0, 101.0, 102.0])
+               + _buffer_search("batch", 0, [150.0, 151.0, 152.0]))
+    finding = f5_shuffle({"w": (collect(records)["w"], 8)})
+    assert finding.verdict == "partly"
+    assert "**w, batch echoing**: no buffer sweep yet" in finding.measured
+    records += _buffer_search("batch", 50, [100.0, 101.0, 102.0])
+    assert f5_shuffle({"w": (collect(records)["w"], 8)}).verdict == "held"

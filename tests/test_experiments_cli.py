@@ -73,3 +73,23 @@ def test_an_explicit_wall_clock_path_must_exist(smoke, tmp_path, capsys):
     with pytest.raises(SystemExit):  # before hours of training, not after
         reproduce_main(["--budget", "smoke", "--out", str(tmp_path),
                         "--wallclock", str(tmp_path / "nope.json")])
+
+
+def test_the_report_lists_planned_seeds_and_conditions_not_started_yet(smoke, tmp_path):
+    import json
+
+    from dataecho.experiments.conditions import Condition
+
+    records = [json.loads(line) for line in
+               (smoke[0] / "results.jsonl").read_text().splitlines()]
+    plan = next(r for r in records if r["kind"] == "plan")
+    gone = plan["conditions"][-1]  # a whole condition without records yet
+    plan["seeds"] = [*plan["seeds"], 99]  # and a seed no condition has started
+    kept = [r for r in records if r["kind"] != "trial"
+            or Condition(**r["condition"]).label() != gone]
+    store = tmp_path / "partial.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    assert report_main(["--store", str(store), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert text.count("seed 99: not started") == len(plan["conditions"]) - 1
+    assert f"Planned, not started yet: {gone}." in text

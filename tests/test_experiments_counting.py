@@ -9,7 +9,7 @@ pytest.importorskip("sklearn")
 
 from dataecho.experiments.conditions import Condition
 from dataecho.experiments.search import HParams
-from dataecho.experiments.train import Counted, Trial, build_pipeline, train
+from dataecho.experiments.trial import Counted, Trial, build_pipeline, train
 from dataecho.experiments.workloads import WORKLOADS
 
 DIGITS = WORKLOADS["digits"]

@@ -18,7 +18,7 @@ from dataecho.experiments.protocol import Plan
 from dataecho.experiments.record import comparable, trial_key
 from dataecho.experiments.search import HParams
 from dataecho.experiments.store import Store
-from dataecho.experiments.train import Trial, train
+from dataecho.experiments.trial import Trial, train
 from dataecho.experiments.workloads import WORKLOADS
 
 BASE = Condition.default("digits", "baseline", 1, 32)
@@ -35,7 +35,8 @@ def fake_train(workload, trial, *, prune_at=None, log=None):
             "seed": trial.seed, "mode": trial.mode, "index": trial.index,
             "status": "pruned" if pruned else "reached", "prune_at": prune_at,
             "crossing": None if pruned else {"interpolated": crossing, "first": crossing},
-            "best_metric": 0.9, "seconds": time.perf_counter()}
+            "best_metric": 0.9, "seconds": time.perf_counter(),
+            "cpu_seconds": 2.0 * trial.condition.factor}
 
 
 @pytest.fixture(autouse=True)
@@ -105,3 +106,24 @@ def test_a_limit_with_parallel_processes_is_refused_rather_than_ignored(tmp_path
     with pytest.raises(ValueError, match="limit=3 needs jobs=1"):
         sweep.run([PLAN], tmp_path / "s.jsonl", jobs=2, limit=3, echo=lambda _: None)
     assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_the_eta_counts_only_the_missing_trials_at_the_stores_measured_times(tmp_path):
+    path = tmp_path / "s.jsonl"
+    _run(path, limit=3)  # three baseline trials of seed 0, 2 CPU-s each
+    have = Store(path).index()
+    assert sweep.seconds_per_trial(have) == {("digits", "baseline", 1.0, 32): 2.0}
+    seed0, seed1, batch0, _ = sweep.units_of([PLAN])
+    assert seed0.cost(have, 2.0) == (2 + 3) * 2.0  # two trials and the no-harm trial
+    assert seed1.cost(have, 2.0) == (5 + 3) * 2.0
+    assert seed1.cost(None, 2.0) == seed1.cost({}, 2.0) == 16.0
+    modelled = 5 * WORKLOADS["digits"].trial_seconds * 2 ** 0.8  # batch e=2: not measured
+    assert batch0.cost(have) == pytest.approx(modelled)
+    lines: list[str] = []
+    sweep.run([PLAN], path, echo=lines.append)
+    left = 10.0 + 16.0 + 2 * modelled
+    assert (f"running 4 with 1 process(es); about {sweep._hms(left)} of work left at the "
+            f"store's measured trial times (2 of 4 searches measured") in lines[0]
+    assert f"{10.0 / left:.0%} done" in lines[1]  # the measured cost of what ran
+    after = Store(path).index()
+    assert all(u.cost(after) == 0.0 for u in sweep.units_of([PLAN]))

@@ -107,14 +107,16 @@ def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
 def test_ray_pipeline_counts_every_fresh_row_once():
     """A real local Ray cluster (``ray[data]`` is a test dependency; ~20 s)."""
     ray = pytest.importorskip("ray")
+    pytest.importorskip("torch")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True,
              log_to_driver=False)
     try:
         ds = ray.data.range(1000, override_num_blocks=4)
         ds = echo_rows(ds, 1.5, key="id", seed=0)
         ds = ds.map_batches(lambda b: {**b, "x": b["id"] * 2 + b[COPY_COLUMN]})
-        stage = CountCopies(ds.iter_batches(batch_size=64, local_shuffle_buffer_size=256,
-                                            local_shuffle_seed=0))
+        # iter_torch_batches, as the README: it needs the ray extra's pydantic.
+        stage = CountCopies(ds.iter_torch_batches(batch_size=64, local_shuffle_buffer_size=256,
+                                                  local_shuffle_seed=0))
         seen = Counter(i for batch in stage for i in batch["id"].tolist())
         assert set(seen) == set(range(1000))
         assert sum(seen.values()) == int(copies_at(1.5, 0, np.arange(1000)).sum())
@@ -145,3 +147,26 @@ def test_ray_pipeline_counts_every_fresh_row_once():
         assert sum(c.stats().fresh_examples for c in fresh) == 200
     finally:
         ray.shutdown()
+
+
+def test_a_later_echo_counts_rows_not_batches():
+    rows = EchoRows(2)({"id": np.arange(40)})  # 80 rows, 40 fresh
+    batches = [{k: v[i:i + 8] for k, v in rows.items()} for i in range(0, 80, 8)]
+    stage = Echo(CountCopies(batches), 2)
+    assert sum(len(b["id"]) for b in stage) == 160
+    stats = stage.stats()
+    assert (stats.fresh_examples, stats.emitted_examples, stats.batches) == (40, 160, 20)
+
+
+def test_echo_rows_tells_ray_it_changes_the_row_count():
+    class Dataset:  # Ray's map_batches signature (its default differs across versions)
+        def map_batches(self, fn, *, batch_format="default", udf_modifying_row_count=False,
+                        **kwargs):
+            self.seen = {"batch_format": batch_format,
+                         "udf_modifying_row_count": udf_modifying_row_count, **kwargs}
+            return self
+
+    assert echo_rows(Dataset(), 2).seen == {"batch_format": "numpy",
+                                            "udf_modifying_row_count": True}
+    assert echo_rows(Dataset(), 2, udf_modifying_row_count=False,
+                     num_cpus=1).seen["udf_modifying_row_count"] is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -171,10 +172,13 @@ def test_shard_shorter_than_its_index_entry_is_reported(
 ) -> None:
     names = write_shards(*data, tmp_path, shard_size=7)
     (tmp_path / names[0]).write_bytes((tmp_path / names[2]).read_bytes())  # 6 samples, not 7
-    with ShardServer(tmp_path) as server, pytest.raises(
-        ShardError, match=r"shard 'train-00000\.tar' holds 6 samples but the index lists 7"
-    ):
-        list(RemoteShards(server.url))
+    with ShardServer(tmp_path) as server:
+        shards = RemoteShards(server.url)
+        for _ in range(2):  # a retry fails again instead of reading the bad shard
+            with pytest.raises(ShardError, match=r"shard 'train-00000\.tar' holds 6 "
+                               r"samples but the index lists 7"):
+                next(shards)
+        assert shards.state_dict()["offset"] == 0
 
 
 def test_load_state_dict_rejects_a_position_outside_the_index(
@@ -187,3 +191,21 @@ def test_load_state_dict_rejects_a_position_outside_the_index(
             source.load_state_dict({"shard": 0, "offset": 9})
         source.load_state_dict({"shard": 3, "offset": 0})  # the end is a valid position
         assert list(source) == []
+
+
+def test_changing_the_bandwidth_mid_transfer_sends_every_byte_once(tmp_path: Path) -> None:
+    payload = np.random.default_rng(1).integers(0, 256, 300_000, np.uint8).tobytes()
+    (tmp_path / "big.bin").write_bytes(payload)
+    with ShardServer(tmp_path, bandwidth=1e6) as server:  # 10 KB pieces, ~0.3 s
+        out: dict[str, bytes] = {}
+        reader = threading.Thread(target=lambda: out.update(
+            body=fetch(server.url + "/big.bin", retries=0)))
+        reader.start()
+        deadline = time.monotonic() + 10
+        while server.bytes_sent == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert 0 < server.bytes_sent < len(payload) // 2  # mid-transfer
+        server.bandwidth = 1e8  # 1 MB pieces from here on
+        reader.join(timeout=30)
+        assert out["body"] == payload
+        assert server.bytes_sent == len(payload)

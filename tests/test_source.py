@@ -1,8 +1,9 @@
 import collections
+import json
 
 import pytest
 
-from checkpoint import assert_restores_everywhere
+from checkpoint import FlakyMap, assert_restores_everywhere
 from dataecho import Source
 
 
@@ -90,3 +91,25 @@ def test_drop_remainder_with_shuffle_keeps_the_permutations_tail_dropped():
     for epoch, shards in enumerate(_epochs_of_shards(3, seed=3)):
         order = _rng.rng(3, _rng.SOURCE, epoch).permutation(10)[:9]
         assert shards == [order[k::3].tolist() for k in range(3)]
+
+
+def test_a_failed_read_is_retried_not_skipped():
+    stage = Source(FlakyMap(range(4), fail_at=[1]), shuffle=False)
+    out, state = [], None
+    while True:
+        try:
+            out.append(next(stage))
+        except OSError:
+            state = json.loads(json.dumps(stage.state_dict()))
+            assert stage.items_read == len(out)  # the failed read did not count
+        except StopIteration:
+            break
+    assert out == [0, 1, 2, 3]
+    restored = Source(FlakyMap(range(4), fail_at=[]), shuffle=False)
+    restored.load_state_dict(state)
+    assert list(restored) == [1, 2, 3]  # a checkpoint taken after the error keeps item 1
+
+
+def test_a_mapping_is_refused_as_data_with_the_fix():
+    with pytest.raises(TypeError, match=r"data must be .*got dict"):
+        Source({"a": 1, "b": 2})

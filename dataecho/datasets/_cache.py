@@ -33,8 +33,10 @@ def cache_dir() -> Path:
 def source_key(paths: Sequence[Path]) -> str:
     """Returns a short hex key that changes when any source file changes.
 
-    Size plus nanosecond mtime is what ``make`` and pip trust too; hashing the
-    contents would cost as much as decoding them, which is what the cache avoids.
+    The file's resolved path, size and nanosecond mtime: size plus mtime is what
+    ``make`` and pip trust too (hashing the contents would cost as much as decoding
+    them, which is what the cache avoids); the path keeps apart copies of a data set
+    that kept their mtimes (``cp -p``, ``rsync -a``, ``tar x``) but differ.
 
     Example:
         >>> len(source_key([Path(__file__)]))
@@ -43,7 +45,7 @@ def source_key(paths: Sequence[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         stat = path.stat()
-        digest.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 

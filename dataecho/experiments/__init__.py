@@ -2,7 +2,7 @@
 
 One concept per module: ``workloads`` (data, model, augmentation, target), ``models``,
 ``conditions`` (variant, factor, batch size, buffer), ``protocol`` (the grids per
-budget), ``search`` (quasi-random settings), ``train`` (one trial), ``crossing``
+budget), ``search`` (quasi-random settings), ``trial`` (one training trial), ``crossing``
 (when a curve reaches the target), ``record``/``store`` (the resumable JSON-lines
 store), ``sweep`` (parallel, resumable execution), ``analysis``/``findings``/
 ``figures``/``report`` (the Markdown report) and ``cli``.
@@ -15,8 +15,6 @@ Example:
 
 import importlib
 import pkgutil
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
     from .search import HParams, search_points
     from .store import Store
     from .sweep import run
-    from .train import Trial, train
+    from .trial import Trial, train
     from .workloads import WORKLOADS, Workload
 
 # Imported at first use (PEP 562), so the torch-free modules (``crossing``, ``store``,
@@ -38,8 +36,8 @@ _EXPORTS = {
     "report_main": "cli", "reproduce_main": "cli", "Condition": "conditions",
     "Crossing": "crossing", "find_crossing": "crossing", "BUDGETS": "protocol",
     "Plan": "protocol", "plan": "protocol", "write_report": "report", "HParams": "search",
-    "search_points": "search", "Store": "store", "run": "sweep", "Trial": "train",
-    "train": "train", "WORKLOADS": "workloads", "Workload": "workloads",
+    "search_points": "search", "Store": "store", "run": "sweep", "Trial": "trial",
+    "train": "trial", "WORKLOADS": "workloads", "Workload": "workloads",
 }
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
 
@@ -57,19 +55,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
-
-
-class _Package(types.ModuleType):
-    """Keeps ``dataecho.experiments.train`` the function, as when everything was imported
-    eagerly: importing the submodule of that name binds the module here once loaded."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and name in _EXPORTS and hasattr(value, name):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

@@ -9,7 +9,11 @@ Verdict rules, applied to medians and min/max ranges over seeds:
 * **inconclusive**: medians against the claim with overlapping ranges, or no data.
 
 Ranges only count as disjoint when both sides have at least ``MIN_SEEDS`` seeds: with
-fewer, a verdict says at most "partly".
+fewer, a verdict says at most "partly". A part that was not measured (a workload
+without a baseline, an echoing kind without a buffer sweep) counts as no data, so the
+verdict is at most "partly". Finding 6 claims the absence of harm, so its parts are
+"held" when the echoing median is not worse with ``MIN_SEEDS`` seeds each, and "not
+held" only when echoing is worse with disjoint ranges.
 """
 
 from __future__ import annotations
@@ -113,24 +117,37 @@ def name(variant: str) -> str:
     return {"before_augmentation": "before", "after_augmentation": "after"}.get(variant, variant)
 
 
+def times(x: float) -> str:
+    """A ratio as ``0.78x``; ``n/a`` when undefined (a missed or missing median).
+
+    Example:
+        >>> times(0.781), times(math.nan), times(math.inf)
+        ('0.78x', 'n/a', 'n/a')
+    """
+    return f"{x:.2f}x" if math.isfinite(x) and x > 0 else "n/a"
+
+
 def f1_fewer_fresh(work: dict[str, tuple[Results, int]]) -> Finding:
     """Finding 1: at e = 2 some variant needs fewer fresh examples than the baseline."""
     lines, parts = [], []
     for wname, (res, b) in work.items():
         base = default(res, "baseline", 1, b)
         if base is None:
+            if any(c.variant != "baseline" for c in res):
+                parts.append((0, False))
+                lines.append(f"**{wname}**: no baseline result yet")
             continue
-        best: tuple[int, bool] = (0, False)
+        best: tuple[int, bool] | None = None
         items = [f"baseline {spread_text(base.fresh())}"]
         for cond in sorted(c for c in res if c.factor == 2 and c.batch_size == b
                            and is_default(c)):
             r = res[cond]
             sign, clear = compare(r.fresh(), base.fresh())
             ratio = r.fresh().median / base.fresh().median
-            items.append(f"{name(cond.variant)} {spread_text(r.fresh())} ({ratio:.2f}x)")
-            if (-sign, clear) > best:
+            items.append(f"{name(cond.variant)} {spread_text(r.fresh())} ({times(ratio)})")
+            if best is None or (-sign, clear) > best:
                 best = (-sign, clear)
-        parts.append(best)
+        parts.append(best or (0, False))
         lines.append(f"**{wname}**: " + "; ".join(items))
     return Finding("1", "Echoing reduces fresh examples: at e = 2 at least one variant beats "
                    "the baseline on every workload.", "<br>".join(lines) or "no data",
@@ -223,8 +240,8 @@ def f3_factor(work: dict[str, tuple[Results, int]]) -> Finding:
             if len(runs) < 2:
                 continue
             f1 = base.fresh().median
-            text = ", ".join(f"e={e}: {fmt(r.fresh().median)} "
-                             f"({f1 / r.fresh().median:.2f}x of ideal {e}x)" for e, r in runs)
+            text = ", ".join(f"e={e}: {spread_text(r.fresh())} "
+                             f"({times(f1 / r.fresh().median)} of ideal {e}x)" for e, r in runs)
             top = runs[-1][1]
             sign, clear = compare(top.fresh(), base.fresh())
             parts.append((-sign, clear))  # the largest factor still beats the baseline
@@ -276,7 +293,8 @@ def f4_batch(work: dict[str, tuple[Results, int]]) -> Finding:
             if len(ratios) < 2:
                 continue
             lines.append(f"**{wname}, {name(variant)}** F(2)/F(1) by batch size: " +
-                         ", ".join(f"B={s}: {q:.2f}" for s, q in ratios))
+                         ", ".join(f"B={s}: " + (f"{q:.2f}" if math.isfinite(q) else "n/a")
+                                   for s, q in ratios))
             if variant == "batch":
                 small, large = (paired_ratios(default(res, variant, 2, size),
                                               default(res, "baseline", 1, size))
@@ -335,6 +353,15 @@ def f5_shuffle(work: dict[str, tuple[Results, int]]) -> Finding:
                 f" (read-ahead of the largest window, counted as fresh: up to {fmt(ahead)})")
             sign, clear = compare(runs[-1][1].fresh(), runs[0][1].fresh())
             parts.append((-sign, clear))
+        kinds = {"batch" if c.variant == "batch" else "example"
+                 for c in res if c.variant != "baseline"}
+        swept = {"batch" if v == "batch" else "example" for v in dict.fromkeys(
+            c.variant for c in res if c.variant != "baseline")
+            if len({c.buffer_batches for c in res if c.variant == v and c.factor == 2
+                    and c.batch_size == b}) >= 2}
+        for kind in sorted(kinds - swept):  # the claim is about both kinds
+            parts.append((0, False))
+            lines.append(f"**{wname}, {kind} echoing**: no buffer sweep yet")
     return Finding("5", "More shuffling after the echo stage helps both batch and example "
                    "echoing.", "<br>".join(lines) or "no data", verdict(parts))
 
@@ -369,9 +396,9 @@ def f7_ranking(work: dict[str, tuple[Results, int]]) -> Finding:
                                                  "batch")]
         if any(r is None for r in order):
             continue
-        meds = [r.fresh().median for r in order if r is not None]
-        lines.append(f"**{wname}**: before {fmt(meds[0])}, after {fmt(meds[1])}, "
-                     f"batch {fmt(meds[2])}")
+        lines.append(f"**{wname}**: " + ", ".join(
+            f"{label} {spread_text(r.fresh())}" for label, r in
+            zip(("before", "after", "batch"), order, strict=True) if r is not None))
         for x, y in ((order[0], order[1]), (order[1], order[2])):
             assert x is not None and y is not None
             sign, clear = compare(x.fresh(), y.fresh())

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .train import Trial
+    from .trial import Trial
     from .workloads import Workload
 
 Record = dict[str, Any]
@@ -34,7 +34,7 @@ def trial_key(workload: Workload, trial: Trial) -> str:
         >>> from dataecho.experiments.workloads import WORKLOADS
         >>> from dataecho.experiments.conditions import Condition
         >>> from dataecho.experiments.search import HParams
-        >>> from dataecho.experiments.train import Trial
+        >>> from dataecho.experiments.trial import Trial
         >>> t = Trial(Condition.default("digits", "baseline", 1, 32), HParams(0.1, 0.1), 0)
         >>> len(trial_key(WORKLOADS["digits"], t))
         16

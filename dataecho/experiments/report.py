@@ -77,7 +77,7 @@ def write_report(store_path: str | Path, out: str | Path,
     lines += _protocol(configs, plans)
     for wname, res in results.items():
         figs = draw_all(res, configs[wname], out / "figures")
-        lines += _workload(wname, res, configs[wname], figs, out)
+        lines += _workload(wname, res, configs[wname], figs, out, _planned(plans, wname))
     lines += _costs(trials)
     path = out / REPORT
     out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,9 @@ def _findings(work: dict[str, tuple[dict[Condition, ConditionResult], int]],
            "parts hold; **not held** = the medians go against the claim with disjoint "
            "ranges; **inconclusive** = against with overlapping ranges, or no data. With "
            "fewer than 3 seeds ranges never count as disjoint, so a verdict is at most "
-           "**partly**.", "",
+           "**partly**; a part not measured yet counts as no data. Finding 6 claims no "
+           "harm: held when echoing's median is not worse (3+ seeds each), not held only "
+           "when it is worse with disjoint ranges.", "",
            "| # | Paper | Measured here | Verdict |", "|---|---|---|---|"]
     out += [f"| {f.number} | {f.claim} | {f.measured} | **{f.verdict}** |" for f in rows]
     return [*out, ""]
@@ -176,8 +178,19 @@ def _protocol(configs: dict[str, dict[str, Any]], plans: dict[str, Record]) -> l
     return [*out, ""]
 
 
+def _planned(plans: dict[str, Record], wname: str) -> dict[str, set[int]]:
+    """Condition label -> seeds, over the store's plans of ``wname``."""
+    out: dict[str, set[int]] = {}
+    for p in plans.values():
+        if p["workload"] == wname:
+            for label in p["conditions"]:
+                out.setdefault(label, set()).update(int(s) for s in p["seeds"])
+    return out
+
+
 def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, Any],
-              figs: dict[str, Path], out: Path) -> list[str]:
+              figs: dict[str, Path], out: Path,
+              planned: dict[str, set[int]] | None = None) -> list[str]:
     lines = [f"## Workload `{wname}`", "",
              f"{c['kind']}: target {c['metric']} {c['target']}; default batch "
              f"{c['batch_size']}; fresh-example budget {c['fresh_budget']:,} (at the "
@@ -197,6 +210,10 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
         r = res[cond]
         running = ", ".join(f"seed {seed}: {k}/{n} trials"
                             for seed, (k, n) in sorted(r.running.items()))
+        waiting = sorted((planned or {}).get(cond.label(), set()) - set(r.best) - set(r.running))
+        if waiting:  # planned seeds without a record yet
+            running = ", ".join([*filter(None, [running]),
+                                 *(f"seed {seed}: not started" for seed in waiting)])
         if not r.best:
             if running:
                 lines.append(f"| {VARIANT_NAMES[cond.variant]} e={cond.factor} "
@@ -217,6 +234,9 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
                      f" | {spread_text(s)} | {spread_text(r.fresh('first'))} | "
                      f"{spread_text(r.value('steps'))} | "
                      f"{spread_text(r.value('cpu_seconds'), lambda x: f'{x:.0f}')} | {ratio} |")
+    unstarted = sorted(set(planned or {}) - {cond.label() for cond in res})
+    if unstarted:
+        lines += ["", "Planned, not started yet: " + "; ".join(unstarted) + "."]
     return [*lines, ""]
 
 

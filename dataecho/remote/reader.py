@@ -171,11 +171,12 @@ class RemoteShards:
         while self._shard < len(self._shards):
             name, count = self._shards[self._shard]
             if self._samples is None:
-                self._samples = list(iter_shard(self._fetch(name), name))
-                if len(self._samples) != count:
+                samples = list(iter_shard(self._fetch(name), name))
+                if len(samples) != count:  # kept only once checked: a retry fails again
                     raise ShardError(f"RemoteShards: shard {name!r} holds "
-                                     f"{len(self._samples)} samples but the index lists "
+                                     f"{len(samples)} samples but the index lists "
                                      f"{count}; write the shards again")
+                self._samples = samples
             if self._offset < count:
                 _, image, label = self._samples[self._offset]
                 self._offset += 1

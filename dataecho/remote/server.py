@@ -106,11 +106,13 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:  # "drop": promise the whole body, send half, hang up
             data, self.close_connection = data[: len(data) // 2], True
         throttle = owner._throttle
-        for start in range(0, len(data), throttle.chunk()):
+        start = 0
+        while start < len(data):  # a cursor: the chunk size may change mid-transfer
             piece = data[start : start + throttle.chunk()]
             if owner._closing.wait(throttle.delay(len(piece))):
                 return
             self.wfile.write(piece)
+            start += len(piece)
             with owner._lock:
                 owner.bytes_sent += len(piece)
 

@@ -384,17 +384,9 @@ _AUTO_ONLY = {
 
 
 def _state_counts(state: Mapping[str, Any]) -> Counts:
-    """The counts an echo stage's ``state_dict`` carries, as its ``echo_counts()``.
-
-    ``AdaptiveEcho`` saves what it emitted; ``Echo`` saves the copies it planned and
-    ``left`` copies still owed, of ``size`` examples each (``Echo.echo_counts``).
-    """
-    fresh_ex, fresh = int(state.get("fresh_examples", 0)), int(state.get("fresh", 0))
-    if "emitted" in state:
-        return (fresh_ex, int(state.get("emitted_examples", 0)), fresh, int(state["emitted"]))
-    left, size = int(state.get("left", 0)), int(state.get("size", 1))
-    return (fresh_ex, int(state.get("planned_examples", 0)) - left * size, fresh,
-            int(state.get("planned", 0)) - left)
+    """The counts an echo stage's ``state_dict`` carries, as its ``echo_counts()``."""
+    stage = AdaptiveEcho if state.get("stage") == "AdaptiveEcho" else Echo
+    return stage.counts_of_state(state)
 
 
 def batch_size_of(batch: Any) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
@@ -51,7 +53,12 @@ def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[in
     """Returns ``(shard_index, num_shards)`` for the calling worker of the calling rank.
 
     Ranks come from ``torch.distributed`` when it is initialised in the calling
-    process (else rank 0 of 1) unless given; workers from ``get_worker_info()``.
+    process (else rank 0 of 1) unless given; workers from ``get_worker_info()``. In a
+    ``spawn``/``forkserver`` DataLoader worker of a multi-process job (``WORLD_SIZE``
+    > 1) there is no process group: pass ``rank`` and ``world_size`` there.
+
+    Raises:
+        ValueError: a rank outside ``[0, world_size)``, or such a worker without them.
     Shard ``rank * num_workers + worker`` of ``world_size * num_workers``: disjoint,
     and together complete.
 
@@ -62,12 +69,23 @@ def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[in
         (1, 2)
     """
     rank, world_size = resolve_rank(*check_rank(rank, world_size))
+    info = get_worker_info()
+    launched = os.environ.get("WORLD_SIZE", "1")
+    if (rank is None or world_size is None) and info is not None and launched not in ("", "1"):
+        # A spawn/forkserver worker of a DDP job (torchrun sets WORLD_SIZE) has no
+        # process group: rank 0 of 1 would make every rank read every example.
+        raise ValueError(
+            f"shard_of was called in a DataLoader worker of a {launched}-process job "
+            "without rank and world_size, and torch.distributed is not initialised in "
+            "this worker (spawn/forkserver start); pass rank=dist.get_rank() and "
+            "world_size=dist.get_world_size() from the training process, or use "
+            "EchoDataset, which resolves them there"
+        )
     rank, world_size = (rank or 0), (world_size or 1)
     if not 0 <= rank < world_size:
         raise ValueError(
             f"rank must be in [0, world_size={world_size}), got {rank}; pass the process's "
             "DDP rank, or leave both None to read them from torch.distributed"
         )
-    info = get_worker_info()
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank * workers + worker, world_size * workers
