@@ -116,9 +116,10 @@ class AdaptiveEcho(Stage[T]):
         self._clock = clock or time.perf_counter
         self._size = size or default_size(self.upstream)
         self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
-        # One substream per step, reached by a jump: seeding a generator per echo cost
-        # ~15 µs of the consumer's time, a jump ~2.5 µs.
-        self._stream = _rng.Stream(self.seed, _TAG)
+        # Echo picks: one substream per step, reached by a jump (seeding a generator per
+        # echo cost ~15 µs, a jump ~2.5 µs). Not `_stream`: AdaptiveExamples keys its
+        # augmentations by that name, and the two must not share substreams.
+        self._picks = _rng.Stream(self.seed, _TAG)
         self._feed: Feed[Any] | None = None
         self._resume: State | None = None  # upstream state after the last fresh item taken
         self._over = False  # this pass ended (exhausted, failed or closed)
@@ -211,7 +212,7 @@ class AdaptiveEcho(Stage[T]):
     def _draw(self, n: int) -> list[Copy]:
         choice = None
         if self._buffer.capacity > n:
-            choice = self._stream.at(self._steps)
+            choice = self._picks.at(self._steps)
         return [(v, i, use, size) for (v, size), i, use in self._buffer.draw(n, choice)]
 
     def _emit(self, copies: list[Copy]) -> None:
