@@ -101,6 +101,40 @@ def test_finding_4_needs_disjoint_same_seed_ratios_not_just_distant_medians():
     assert f4_batch({"w": (clear, 8)}).verdict == "held"
 
 
+def test_finding_4_shows_example_echoing_by_batch_size_without_judging_it():
+    from dataecho.experiments.findings import f4_batch
+    base = {("baseline", 1, 8): [80.0, 90.0, 100.0], ("baseline", 1, 64): [100.0, 130.0, 160.0],
+            ("batch", 2, 8): [78.0, 89.0, 99.0], ("batch", 2, 64): [70.0, 91.0, 110.0]}
+    # Example echoing gets clearly worse at the larger batch: "can get worse" allows it.
+    res = _results({**base, ("after_augmentation", 2, 8): [40.0, 45.0, 50.0],
+                    ("after_augmentation", 2, 64): [95.0, 125.0, 150.0]})
+    finding = f4_batch({"w": (res, 8)})
+    assert finding.verdict == "held"
+    row = next(line for line in finding.measured.split("<br>") if "after" in line)
+    assert "B=8 0.50 [0.50, 0.50] (n=3)" in row and "worse at the largest batch" in row
+    assert "disjoint ranges" in row and "shown and not judged" in finding.measured
+
+
+def _timed(values, seed, variant, factor, steps, cpu):
+    cond = Condition.default("w", variant, factor, 8)
+    return [{**_trial(0, values, seed=seed), "condition": cond.as_dict(), "search_trials": 1,
+             "crossing": {"interpolated": values, "first": values, "steps": steps,
+                          "seconds": 2 * cpu, "cpu_seconds": cpu}}]
+
+
+def test_finding_2_gives_same_seed_spreads_for_the_search_ratios():
+    from dataecho.experiments.findings import f2_time
+    records = []
+    for seed, (f1, f2) in enumerate([(100.0, 50.0), (90.0, 60.0), (120.0, 80.0)]):
+        records += _timed(f1, seed, "baseline", 1, steps=10 + seed, cpu=4.0)
+        records += _timed(f2, seed, "batch", 2, steps=20 + 2 * seed, cpu=6.0)
+    res = collect(records)["w"]
+    text = f2_time({"w": (res, 8)}, {"w": 0.1}).measured
+    assert "F(1)/F(2) = 1.50 [1.50, 2.00] (n=3)" in text
+    assert "steps to target 2.00 [2.00, 2.00] (n=3)" in text
+    assert "CPU time 1.50 [1.50, 1.50] (n=3)" in text
+
+
 def test_finding_3_judges_where_the_best_factor_lies_and_diminishing_returns():
     from dataecho.experiments.findings import f3_factor
     # Best at e=2 and worse with every doubling: the largest factor still beats the

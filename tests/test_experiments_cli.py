@@ -93,3 +93,13 @@ def test_the_report_lists_planned_seeds_and_conditions_not_started_yet(smoke, tm
     text = (tmp_path / "out" / "README.md").read_text()
     assert text.count("seed 99: not started") == len(plan["conditions"]) - 1
     assert f"Planned, not started yet: {gone}." in text
+
+
+def test_a_trial_stored_twice_counts_once_in_the_report(smoke, tmp_path):
+    lines = (smoke[0] / "results.jsonl").read_text().splitlines(keepends=True)
+    trials = sum('"kind":"trial"' in line for line in lines)
+    rerun = next(line for line in lines if '"kind":"trial"' in line)
+    store = tmp_path / "twice.jsonl"
+    store.write_text("".join(lines) + rerun)  # a trial finished again by a second sweep
+    assert report_main(["--store", str(store), "--out", str(tmp_path / "out")]) == 0
+    assert f"from {trials} trial records" in (tmp_path / "out" / "README.md").read_text()

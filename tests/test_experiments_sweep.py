@@ -124,6 +124,7 @@ def test_the_eta_counts_only_the_missing_trials_at_the_stores_measured_times(tmp
     left = 10.0 + 16.0 + 2 * modelled
     assert (f"running 4 with 1 process(es); about {sweep._hms(left)} of work left at the "
             f"store's measured trial times (2 of 4 searches measured") in lines[0]
+    assert lines[0].endswith("the others modelled)")
     assert f"{10.0 / left:.0%} done" in lines[1]  # the measured cost of what ran
     after = Store(path).index()
     assert all(u.cost(after) == 0.0 for u in sweep.units_of([PLAN]))

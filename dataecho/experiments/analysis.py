@@ -63,17 +63,21 @@ class ConditionResult:
         """Fresh examples to the target over seeds (``inf`` where a search missed)."""
         return Spread.of([_crossing(r, measure) for r in self.best.values()])
 
-    def per_seed(self, measure: str = "interpolated") -> dict[int, float]:
-        """Fresh examples to the target by seed."""
-        return {seed: _crossing(r, measure) for seed, r in sorted(self.best.items())}
-
     def value(self, key: str) -> Spread:
         """A crossing field (``steps``, ``seconds``, ``cpu_seconds``) of the best trials
         over seeds; ``cpu_seconds`` falls back to wall seconds in older records."""
-        def get(r: Record) -> float:
-            return float(r["crossing"].get(key, r["crossing"]["seconds"]))
+        return Spread.of(list(self.per_seed(key).values()))
 
-        return Spread.of([get(r) if r else math.inf for r in self.best.values()])
+    def per_seed(self, key: str = "interpolated") -> dict[int, float]:
+        """A crossing field of the best trial by seed (``inf`` where the search missed);
+        the default is fresh examples to the target."""
+        def get(r: Record) -> float:
+            crossing = r["crossing"]
+            if key == "cpu_seconds" and key not in crossing:
+                return float(crossing["seconds"])  # records older than the CPU clock
+            return float(crossing[key])
+
+        return {seed: get(r) if r else math.inf for seed, r in sorted(self.best.items())}
 
     def quality(self) -> Spread:
         """Best metric within the fresh-example budget (no-harm trials) over seeds."""

@@ -58,7 +58,7 @@ def write_report(store_path: str | Path, out: str | Path,
         'README.md'
     """
     out = Path(out)
-    records = list(Store(store_path))
+    records = list(Store(store_path).index().values())  # a rerun key counts once
     trials, stale = current(r for r in records if r.get("kind") == "trial")
     plans = {r["key"]: r for r in records if r.get("kind") == "plan"}
     results = collect(trials)

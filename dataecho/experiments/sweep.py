@@ -188,11 +188,12 @@ def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
     measured = seconds_per_trial(have)
     costs = [u.cost(have, measured.get(_cost_key(u.condition.as_dict()))) for u in todo]
     total_cost = sum(costs) or 1.0
+    known = sum(_cost_key(u.condition.as_dict()) in measured for u in todo)
     echo(f"[sweep] {len(units)} searches, {len(units) - len(todo)} already complete in "
          f"{store_path}; running {len(todo)} with {jobs} process(es); about "
          f"{_hms(total_cost / max(jobs, 1))} of work left at the store's measured trial "
-         f"times ({sum(_cost_key(u.condition.as_dict()) in measured for u in todo)} of "
-         f"{len(todo)} searches measured, the others modelled)")
+         f"times ({known} of {len(todo)} searches measured" +
+         (")" if known == len(todo) else ", the others modelled)"))
     start, done_cost, ran = time.monotonic(), 0.0, 0
 
     def progress(i: int, n: int) -> None:
