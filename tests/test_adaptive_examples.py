@@ -103,6 +103,16 @@ def test_decisions_and_augmentations_replay_exactly_for_the_same_seed():
     assert a == b and a != c
 
 
+def test_echo_picks_and_augmentations_draw_from_independent_streams():
+    # A subclass attribute once replaced the pick stream with the augmentation stream,
+    # so the pick of step k reused the random numbers that augment example copy k.
+    stage, _ = simulated(64, 8, ratio=3, augment=tag, seed=5)
+    picks = [stage._picks.at(k).random() for k in range(32)]
+    augment = [stage._stream.at(k).random() for k in range(32)]
+    assert not set(picks) & set(augment)
+    assert picks == [AdaptiveEcho([], seed=5)._picks.at(k).random() for k in range(32)]
+
+
 def test_one_argument_augment_is_applied_without_a_generator():
     _, batches = simulated(16, 4, ratio=1, augment=lambda x: -x)
     assert batches[0] == [0, -1, -2, -3]
