@@ -9,6 +9,13 @@ items at once every ``burst * R`` consumer steps (mean rate one item per ``R`` s
 factor is 4. Rows: ``AdaptiveEcho`` (batches; buffer in batches) and
 ``AdaptiveExamples`` (batch 128; bursts and buffer in examples). Writes
 results/bursts.json and .md; the defaults of both classes are chosen from this table.
+
+A second table asks whether a larger echo buffer costs stall by itself: the policy on
+a steady feed (one batch every ``R`` steps) and a jittered one (each batch takes
+``R * u`` steps, ``u`` uniform in [0.5, 1.5], drawn from a fixed seed), ``AdaptiveEcho``
+with buffer 1 and 4. In simulation the pick costs no time, so any gap between the two
+buffers here is the policy's, and a gap measured with real threads
+(``benchmarks/adaptive.py``) but not here is per-step work.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dataecho import AdaptiveEcho, AdaptiveExamples
 from dataecho.policy import SimClock, SimulatedFeed
@@ -37,6 +46,18 @@ def batches(burst: int, buffer_size: int, n: int = 1200) -> float:
     for _ in stage:
         clock.advance(1.0)
     return stage.stats().realised_factor
+
+
+def stall(ratio: float, buffer_size: int, jitter: bool, n: int = 600) -> float:
+    """Stall fraction of ``AdaptiveEcho`` (max_factor 4) on a steady or jittered feed."""
+    scale = np.random.default_rng(0).uniform(0.5, 1.5, n) if jitter else np.ones(n)
+    clock = SimClock()
+    stage = AdaptiveEcho(range(n), buffer_size=buffer_size, size=lambda _: 1, clock=clock,
+                         feed=lambda p: SimulatedFeed(p, period=lambda k: ratio * scale[k],
+                                                      clock=clock, depth=4))
+    for _ in stage:
+        clock.advance(1.0)
+    return stage.timing().stall_fraction
 
 
 def examples(burst: int, buffer_size: int, batch: int = 128, n_batches: int = 300) -> float:
@@ -61,9 +82,13 @@ def main() -> None:
         for buffer_size in (512, 1024, 2048):
             rows.append({"stage": "AdaptiveExamples", "burst": burst, "buffer": buffer_size,
                          "realised": round(examples(burst, buffer_size), 3)})
+    stalls = [{"ratio": ratio, "feed": "jittered" if jitter else "steady", "buffer": size,
+               "stall": round(stall(ratio, size, jitter), 4)}
+              for ratio in (2.0, 4.0) for jitter in (False, True) for size in (1, 4)]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bursts.json").write_text(json.dumps({"ratio": RATIO, "max_factor": 4,
-                                                     "rows": rows}, indent=1) + "\n")
+                                                     "rows": rows, "stalls": stalls},
+                                                    indent=1) + "\n")
     lines = ["# Adaptive echoing with bursty loaders (benchmarks/bursts.py)", "",
              f"Simulated, deterministic: R = {RATIO:g}, max_factor = 4 (ideal realised "
              "factor 4). AdaptiveEcho: bursts and buffer in batches; AdaptiveExamples: "
@@ -71,6 +96,12 @@ def main() -> None:
              "| stage | burst | buffer | realised factor |", "|---|---:|---:|---:|"]
     lines += [f"| {r['stage']} | {r['burst']} | {r['buffer']} | {r['realised']:.2f} |"
               for r in rows]
+    lines += ["", "Stall fraction of AdaptiveEcho (max_factor 4), simulated: a steady feed "
+              "(one batch per R steps) and a jittered one (R x U[0.5, 1.5] per batch, fixed "
+              "seed), echo buffer 1 and 4 batches.", "",
+              "| R | feed | buffer | stall |", "|---:|---|---:|---:|"]
+    lines += [f"| {r['ratio']:g} | {r['feed']} | {r['buffer']} | {r['stall']:.1%} |"
+              for r in stalls]
     (RESULTS / "bursts.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

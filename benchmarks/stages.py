@@ -6,7 +6,9 @@ Each stage iterates N items; the baseline iterates a list of exactly the items t
 emits. Overhead = (stage time - baseline time) / emitted items, best of R repeats (the
 minimum is the least disturbed by other jobs on a shared machine). Batch echoing is
 measured on real DataLoader batches: overhead per batch, and as a share of a 10 ms step.
-Writes benchmarks/results/stages.json and .md.
+Counter-keyed randomness (``Map``'s per-item generator, ``AdaptiveEcho``'s pick) is
+measured as a jump into one stream against seeding a new generator per position, the
+design it replaced. Writes benchmarks/results/stages.json and .md.
 """
 
 from __future__ import annotations
@@ -80,6 +82,24 @@ def batch_echo(repeats: int) -> dict[str, Any]:
             "share_of_10ms_step_percent": 100 * per_batch_us / 10_000}
 
 
+def generators(repeats: int, n: int = 20_000) -> dict[str, float]:
+    """µs per position for a generator keyed by (seed, tag, position), one draw each."""
+    from dataecho import _rng
+
+    stream = _rng.Stream(0, _rng.MAP)
+
+    def jump() -> None:
+        for k in range(n):
+            stream.at(k).random()
+
+    def seeded() -> None:
+        for k in range(n):
+            _rng.rng(0, _rng.MAP, k).random()
+
+    return {"jump_us": 1e6 * best(jump, repeats) / n,
+            "new_generator_us": 1e6 * best(seeded, repeats) / n}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, default=200_000)
@@ -119,8 +139,9 @@ def main() -> None:
         "plain_iteration_ns_per_item": 1e9 * best(lambda: drain(items), r) / n,
         "class_iterator_ns_per_item": class_iterator_ns(items, r),
         "stages": rows, "batch_echo_dataloader": batch_echo(r),
+        "generator_per_position": generators(r),
     }
-    be = result["batch_echo_dataloader"]
+    be, gen = result["batch_echo_dataloader"], result["generator_per_position"]
     print(f"batch echoing: {be['overhead_us_per_batch']:.2f} us/batch = "
           f"{be['share_of_10ms_step_percent']:.4f}% of a 10 ms step")
     RESULTS.mkdir(exist_ok=True)
@@ -134,7 +155,10 @@ def main() -> None:
               f"{v['overhead_ns_per_item']:.1f} |" for k, v in rows.items()]
     lines += ["", f"Batch echoing (EchoBatches, factor 2, 128x3x32x32 batches): "
               f"{be['overhead_us_per_batch']:.2f} µs per batch = "
-              f"{be['share_of_10ms_step_percent']:.4f}% of a 10 ms training step.", ""]
+              f"{be['share_of_10ms_step_percent']:.4f}% of a 10 ms training step.",
+              "", f"A generator per position (seed, tag, k), one draw: jump into one "
+              f"stream {gen['jump_us']:.2f} µs, a newly seeded generator "
+              f"{gen['new_generator_us']:.2f} µs.", ""]
     (RESULTS / "stages.md").write_text("\n".join(lines))
 
 
