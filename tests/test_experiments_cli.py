@@ -103,3 +103,19 @@ def test_a_trial_stored_twice_counts_once_in_the_report(smoke, tmp_path):
     store.write_text("".join(lines) + rerun)  # a trial finished again by a second sweep
     assert report_main(["--store", str(store), "--out", str(tmp_path / "out")]) == 0
     assert f"from {trials} trial records" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_an_extended_plan_supersedes_the_earlier_one_of_its_budget(smoke, tmp_path):
+    import json
+
+    lines = (smoke[0] / "results.jsonl").read_text().splitlines(keepends=True)
+    plan = json.loads(next(line for line in lines if '"kind":"plan"' in line))
+    assert plan["reduced"]  # the smoke plan states its reductions
+    wider = {**plan, "key": "plan-wider", "reduced": [], "conditions": [
+        *plan["conditions"], "batch e=8 B=32 buf=0"]}
+    store = tmp_path / "extended.jsonl"
+    store.write_text("".join(lines) + json.dumps(wider) + "\n")
+    assert report_main(["--store", str(store), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "reduces the full protocol" not in text
+    assert "Planned, not started yet: batch e=8 B=32 buf=0." in text

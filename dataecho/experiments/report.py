@@ -38,6 +38,7 @@ from .wallclock import Cell
 from .wallclock import load as load_wallclock
 
 REPORT = "README.md"
+Plans = dict[tuple[str, str], Record]  # (workload, budget) -> its latest plan record
 
 
 def write_report(store_path: str | Path, out: str | Path,
@@ -60,7 +61,8 @@ def write_report(store_path: str | Path, out: str | Path,
     out = Path(out)
     records = list(Store(store_path).index().values())  # a rerun key counts once
     trials, stale = current(r for r in records if r.get("kind") == "trial")
-    plans = {r["key"]: r for r in records if r.get("kind") == "plan"}
+    # A plan extended later (more conditions) supersedes the earlier one of its budget.
+    plans = {(r["workload"], r["budget"]): r for r in records if r.get("kind") == "plan"}
     results = collect(trials)
     configs = {r["workload"]: r["config"]["workload"] for r in trials}
     lines = [f"# Data echoing on our workloads ({_budgets(plans)})", "",
@@ -108,7 +110,7 @@ def _definition(record: Record) -> str:
     return json.dumps(definition(record["config"]["workload"]), sort_keys=True, default=str)
 
 
-def _budgets(plans: dict[str, Record]) -> str:
+def _budgets(plans: Plans) -> str:
     budgets = sorted({p["budget"] for p in plans.values()})
     return f"budget: {', '.join(budgets)}" if budgets else "no plan recorded"
 
@@ -138,7 +140,7 @@ def _findings(work: dict[str, tuple[dict[Condition, ConditionResult], int]],
     return [*out, ""]
 
 
-def _protocol(configs: dict[str, dict[str, Any]], plans: dict[str, Record]) -> list[str]:
+def _protocol(configs: dict[str, dict[str, Any]], plans: Plans) -> list[str]:
     out = ["## Protocol and deviations from the paper", "",
            "- **Metric**: fresh examples, counted exactly by the echo stage (items read "
            "from the source; every trial also checks this against a counter wrapped around "
@@ -178,7 +180,7 @@ def _protocol(configs: dict[str, dict[str, Any]], plans: dict[str, Record]) -> l
     return [*out, ""]
 
 
-def _planned(plans: dict[str, Record], wname: str) -> dict[str, set[int]]:
+def _planned(plans: Plans, wname: str) -> dict[str, set[int]]:
     """Condition label -> seeds, over the store's plans of ``wname``."""
     out: dict[str, set[int]] = {}
     for p in plans.values():
