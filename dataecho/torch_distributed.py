@@ -37,7 +37,8 @@ class RankAgreement:
 
     Args:
         group: the process group; default the world.
-        device: where the vote tensor lives; default CUDA for an NCCL group, else CPU.
+        device: where the vote tensor lives; default the current CUDA device at the first
+            vote for an NCCL group, else CPU.
 
     Example:
         >>> import os, tempfile, torch.distributed as dist
@@ -55,11 +56,22 @@ class RankAgreement:
                 "none is; call torch.distributed.init_process_group(...) on every rank "
                 "before building the adaptive stage")
         self.group = group
-        if device is None:
-            nccl = dist.get_backend(group) == "nccl"
-            device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
-        self.device = torch.device(device)
+        self._device = None if device is None else torch.device(device)
         self.calls = 0  # all-reduces made: each rank must make the same number
+
+    @property
+    def device(self) -> torch.device:
+        """The vote tensor's device, fixed at the first vote when not given.
+
+        Not at construction: a script may build the stage before
+        ``torch.cuda.set_device(local_rank)``, and every rank would then vote on cuda:0.
+        Votes happen in the consumer's thread, whose current device the user set.
+        """
+        if self._device is None:
+            nccl = dist.get_backend(self.group) == "nccl"
+            self._device = (torch.device("cuda", torch.cuda.current_device()) if nccl
+                            else torch.device("cpu"))
+        return self._device
 
     def __call__(self, ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
         # min(a) = -max(-a): one MAX all-reduce combines all three fields.

@@ -252,3 +252,25 @@ def test_example_level_ranks_take_the_same_number_of_batches(ranks):
     fast, slow = ranks[0]["examples"], ranks[1]["examples"]
     assert fast["steps"] == slow["steps"] and fast["fresh"] == slow["fresh"]
     assert fast["emitted"] == 8 * fast["steps"]  # full batches only under agreement
+
+
+@gloo
+def test_an_nccl_vote_uses_the_cuda_device_current_at_the_first_vote(monkeypatch, tmp_path):
+    import torch
+
+    # Scripts often build the stage before torch.cuda.set_device(local_rank): the device
+    # must not be fixed then, or every rank votes on cuda:0.
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
+                            world_size=1)
+    try:
+        current = [0]
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+        agree = RankAgreement()
+        current[0] = 3  # torch.cuda.set_device(3), after the stage was built
+        assert agree.device == torch.device("cuda", 3)
+        current[0] = 5
+        assert agree.device == torch.device("cuda", 3)  # fixed from the first vote on
+        assert RankAgreement(device="cpu").device == torch.device("cpu")
+    finally:
+        dist.destroy_process_group()
