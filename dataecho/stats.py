@@ -20,6 +20,10 @@ class EchoStats:
 
     Attributes:
         fresh_examples: examples read from upstream of the echo stage (the paper's metric).
+            With two echo stages (example and batch echoing together) it is the first
+            one's count; right after a restore it leaves out the item the later stage
+            is still repeating until the next ``next()`` re-reads it (restoring reads
+            no data).
         emitted_examples: examples the echo stage passed downstream, echoed copies
             included; examples a later ``Batch(..., drop_last=True)`` dropped are not.
             Mid-pass this includes items waiting in a later ``Shuffle`` window; at the
