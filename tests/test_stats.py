@@ -42,3 +42,22 @@ def test_realised_factor_is_nan_before_anything_was_read():
     stats = Echo(range(3), 2).stats()
     assert stats == EchoStats(0, 0, 0, 0, None)
     assert math.isnan(stats.realised_factor)
+
+
+def test_two_echo_stages_count_the_repeated_batch_again_once_it_is_re_read():
+    def pipeline():
+        return Echo(Batch(Echo(Source(range(40)), 2), 4, collate=list), 2)
+
+    run = pipeline()
+    first = next(run)
+    state = run.state_dict()  # between the two copies of the first batch
+    assert run.stats().fresh_examples == 2  # 4 examples: 2 fresh, each echoed once
+    restored = pipeline()
+    restored.load_state_dict(state)
+    # Restoring reads no data: the batch still owed a copy is not counted yet ...
+    assert restored.stats().fresh_examples == 0
+    # ... and is counted again, once, when the next step re-reads it.
+    assert next(restored) == first == next(run) and restored.stats() == run.stats()
+    assert restored.stats().fresh_examples == 2
+    assert list(restored) == list(run)
+    assert restored.stats() == run.stats()
