@@ -9,17 +9,22 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 @pytest.mark.parametrize("name", ["numpy_iterator.py", "pytorch_example_echoing.py",
-                                  "pytorch_batch_echoing.py", "torchdata_nodes.py"])
+                                  "pytorch_batch_echoing.py", "torchdata_nodes.py",
+                                  "lightning_echo.py"])
 def test_example_runs(name, capsys):
     if name.startswith("pytorch"):
         pytest.importorskip("torch")
     if name.startswith("torchdata"):
         pytest.importorskip("torchdata.nodes")
+    if name.startswith("lightning"):
+        pytest.importorskip("lightning")
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     out = capsys.readouterr().out
     assert "fresh" in out
     if name == "torchdata_nodes.py":
         assert "identical: True" in out
+    if name == "lightning_echo.py":
+        assert "realised factor 2.00" in out
 
 
 def test_torchdata_example_augments_the_two_copies_of_an_example_differently():

@@ -1,5 +1,6 @@
 import dataclasses
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -46,6 +47,35 @@ def test_set_epoch_reaches_the_distributed_sampler():
     echoed = EchoBatches(DataLoader(data, batch_size=4, sampler=sampler), 2)
     echoed.set_epoch(5)
     assert sampler.epoch == 5
+
+
+def test_sampler_set_epoch_is_set_epoch():
+    # Lightning calls loader.sampler.set_epoch(epoch) at every epoch start.
+    data = torch.arange(16.0)
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=1)
+    echoed = EchoBatches(DataLoader(data, batch_size=4, sampler=sampler), 2)
+    echoed.sampler.set_epoch(5)
+    assert echoed.epoch == sampler.epoch == 5
+
+
+def test_state_taken_after_set_epoch_names_the_new_epoch_though_the_old_was_left_early():
+    # As Lightning does: take len() batches but never the StopIteration, set_epoch(1),
+    # then a checkpoint (say in on_train_epoch_start) before the first batch.
+    def make():
+        data = torch.arange(20.0)
+        sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+        return EchoBatches(DataLoader(data, batch_size=4, sampler=sampler), 2)
+
+    echoed = make()
+    first = [b.tolist() for b in itertools.islice(echoed, len(echoed))]
+    echoed.set_epoch(1)
+    state = echoed.state_dict()
+    second = [b.tolist() for b in echoed]
+    restored = make()
+    restored.load_state_dict(state)
+    assert [b.tolist() for b in restored] == second != first
+    assert restored.stats() == echoed.stats()
+    assert echoed.stats().fresh_examples == 40
 
 
 def test_in_place_modification_of_an_echoed_batch_is_detected():

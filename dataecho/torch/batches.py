@@ -46,6 +46,9 @@ class EchoBatches:
     Batch echoing repeats the same examples in consecutive steps; the paper found
     example echoing (:class:`dataecho.torch.EchoDataset`) at least as good.
 
+    Lightning: return it from ``train_dataloader``; checkpoints carry its state, and
+    the trainer tells it the epoch through :attr:`sampler`, as it does a DataLoader's.
+
     ``factor="auto"`` reads the loader in a background thread and echoes a batch only
     while the next fresh one is not ready, at most ``max_factor`` uses per batch
     (:class:`dataecho.AdaptiveEcho`); ``len()`` is then unknown and a ``TypeError``.
@@ -153,6 +156,12 @@ class EchoBatches:
             ValueError: ``epoch`` is negative.
         """
         epoch = check_positive_int(epoch, "epoch", minimum=0)
+        if epoch != self.epoch:
+            # The old epoch's iteration is over even if it never reached its end
+            # (Lightning takes len() batches and never asks for the next): count it
+            # now, so that a state taken before the new epoch's first batch holds no
+            # position of the old one.
+            self._finish_epoch()
         if self._pending is not None and epoch != self.epoch:
             self._done = add_counts(self._done, _state_counts(self._pending))
             self._pending = None
@@ -163,6 +172,32 @@ class EchoBatches:
             if callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(epoch)  # type: ignore[union-attr]
                 break
+
+    @property
+    def sampler(self) -> _EpochHook:
+        """Where a trainer passes the epoch: ``sampler.set_epoch(e)`` is :meth:`set_epoch`.
+
+        Lightning calls ``set_epoch`` on the ``sampler`` of each train loader at every
+        epoch start (for a DataLoader, to reach its ``DistributedSampler``). It ends an
+        epoch after ``len()`` batches without asking for another, so this wrapper's
+        iteration never reaches its end, where the epoch would advance by itself;
+        without this hook every epoch would reuse epoch 0's fractional draws and
+        sampler order, and a checkpoint taken at an epoch's last step would resume into
+        that finished epoch, leaving Lightning's next epoch without a batch. The wrapped
+        loader's own sampler is ``self.loader.sampler``.
+
+        Example:
+            >>> import torch
+            >>> from torch.utils.data import DataLoader
+            >>> loader = EchoBatches(DataLoader(torch.arange(4.0), batch_size=2), factor=2)
+            >>> loader.sampler.set_epoch(3)
+            >>> loader.epoch
+            3
+        """
+        return _EpochHook(self)
+
+    # Lightning reads ``batch_sampler`` wherever it finds ``sampler``; there is none.
+    batch_sampler = None
 
     def _echo_buffer(self) -> int:
         return DEFAULT_BUFFER if self.buffer_size is None else self.buffer_size
@@ -239,8 +274,10 @@ class EchoBatches:
         A loader with its own ``state_dict`` (torchdata's ``StatefulDataLoader``)
         restores itself; a plain ``DataLoader`` is re-iterated and the batches already
         consumed this epoch are skipped, which re-reads them: exact when the loader's
-        order is seeded (``generator=torch.Generator().manual_seed(...)`` or
-        ``set_epoch``), and slower than a stateful loader.
+        order is a function of the epoch (``shuffle=False``, or a sampler with
+        ``set_epoch``), and slower than a stateful loader. A fresh loader shuffled by a
+        seeded ``generator`` draws epoch 0's order, so it resumes exactly only in the
+        first epoch.
         """
         if not isinstance(state, Mapping) or "echo" not in state:
             raise TypeError(
@@ -255,6 +292,19 @@ class EchoBatches:
         factor = "auto" if self.auto else self.factor
         return (f"EchoBatches(<{type(self.loader).__name__}>, factor={factor!r}, "
                 f"seed={self.seed!r}, clone={self.clone!r})")
+
+
+class _EpochHook:
+    """Forwards ``set_epoch`` to an :class:`EchoBatches` (see ``EchoBatches.sampler``)."""
+
+    def __init__(self, owner: EchoBatches) -> None:
+        self.owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self.owner.set_epoch(epoch)
+
+    def __repr__(self) -> str:
+        return f"<set_epoch of {self.owner!r}>"
 
 
 def _check_loader(loader: object) -> Iterable[Any]:

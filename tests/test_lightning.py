@@ -1,0 +1,198 @@
+"""PyTorch Lightning: echoing loaders train, count and resume through Lightning checkpoints.
+
+Each run records the example ids of the batches its training steps got; a run resumed
+from a checkpoint must continue the uninterrupted run's sequence exactly.
+"""
+
+import functools
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning")
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+
+from dataecho.torch import EchoBatches, EchoDataset
+
+pytestmark = pytest.mark.torch
+
+N, BATCH, FACTOR, EPOCHS = 10, 2, 2, 3
+STEPS_PER_EPOCH = FACTOR * N // BATCH
+
+
+class Recorder(L.LightningModule):
+    """A one-weight model whose steps record the ids in their batch, by epoch."""
+
+    def __init__(self, make_loader):
+        super().__init__()
+        self.weight = torch.nn.Linear(1, 1)
+        self.make_loader = make_loader
+        self.seen, self.epochs = [], []
+
+    def train_dataloader(self):
+        self.loader = self.make_loader()
+        return self.loader
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch.tolist())
+        self.epochs.append(self.current_epoch)
+        return self.weight(batch.float()[:, None]).square().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(make_loader, ckpt_path=None, callbacks=(), **limits):
+    model = Recorder(make_loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice: workers, few batches, resuming
+        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False,
+                            enable_checkpointing=bool(callbacks), callbacks=list(callbacks),
+                            **limits)
+        trainer.fit(model, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def resumed(make_loader, step, tmp_path):
+    """Trains ``step`` steps with a checkpoint at the last, then a fresh run from it."""
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=step, save_top_k=-1)
+    first, _ = fit(make_loader, callbacks=[saver], max_steps=step)
+    (path,) = tmp_path.glob(f"*step={step}.ckpt")
+    second, _ = fit(make_loader, ckpt_path=str(path), max_epochs=EPOCHS)
+    return first, second
+
+
+def shuffled_batches():
+    # DistributedSampler (one rank) shuffles per epoch from its seed, so that the
+    # uninterrupted run is reproducible and each epoch's order is different.
+    data = torch.arange(N)
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=7)
+    return EchoBatches(DataLoader(data, batch_size=BATCH, sampler=sampler), FACTOR)
+
+
+@functools.cache
+def uninterrupted(make_loader):
+    model, _ = fit(make_loader, max_epochs=EPOCHS)
+    return model.seen, model.loader.stats()
+
+
+def test_lightning_takes_factor_steps_per_batch_and_stats_count_fresh_examples():
+    model, trainer = fit(lambda: EchoBatches(DataLoader(torch.arange(N), batch_size=BATCH),
+                                             FACTOR), max_epochs=2)
+    batches = len(model.loader.loader)
+    assert trainer.global_step == 2 * FACTOR * batches
+    assert [model.epochs.count(e) for e in (0, 1)] == [FACTOR * batches] * 2
+    assert model.seen[0] == model.seen[1] != model.seen[2]  # copies are adjacent
+    stats = model.loader.stats()
+    assert stats.fresh_examples == 2 * N and stats.realised_factor == FACTOR
+
+
+def test_a_distributed_sampler_inside_gets_each_lightning_epoch():
+    # Lightning passes the epoch to loader.sampler.set_epoch; EchoBatches forwards it.
+    seen, _ = uninterrupted(shuffled_batches)
+    sampler = DistributedSampler(torch.arange(N), num_replicas=1, rank=0, shuffle=True, seed=7)
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        expected = [order[i:i + BATCH] for i in range(0, N, BATCH)]
+        first_copies = seen[epoch * STEPS_PER_EPOCH:(epoch + 1) * STEPS_PER_EPOCH:FACTOR]
+        assert first_copies == expected, f"epoch {epoch}"
+
+
+@pytest.mark.parametrize("step", [
+    3,                    # between the two copies of a batch
+    4,                    # between two batches
+    STEPS_PER_EPOCH - 1,  # between the copies of the epoch's last batch
+    STEPS_PER_EPOCH,      # after the epoch's last step: the next epoch must follow
+    STEPS_PER_EPOCH + 3,  # in the second epoch
+])
+def test_resume_through_a_lightning_checkpoint_continues_exactly(step, tmp_path):
+    seen, stats = uninterrupted(shuffled_batches)
+    first, second = resumed(shuffled_batches, step, tmp_path)
+    assert first.seen == seen[:step]
+    assert first.seen + second.seen == seen
+    assert second.loader.stats() == stats  # the counts travel in the checkpoint
+
+
+def test_resume_from_an_end_of_epoch_checkpoint_continues_exactly(tmp_path):
+    # Lightning does not restore the loader's state from a checkpoint of a finished
+    # epoch; the epoch it passes on still gives the right order.
+    seen, _ = uninterrupted(shuffled_batches)
+    first, _ = fit(shuffled_batches, callbacks=[ModelCheckpoint(dirpath=tmp_path)],
+                   max_epochs=1)
+    (path,) = tmp_path.glob("*.ckpt")
+    second, _ = fit(shuffled_batches, ckpt_path=str(path), max_epochs=EPOCHS)
+    assert first.seen + second.seen == seen
+    # Nor the counts: the new loader's stats start at the resume.
+    assert second.loader.stats().fresh_examples == (EPOCHS - 1) * N
+
+
+def echoed_examples():
+    return DataLoader(EchoDataset(list(range(N)), factor=FACTOR, buffer_size=4, seed=0),
+                      batch_size=BATCH)
+
+
+def test_lightning_trains_example_echoing_with_factor_copies_per_example():
+    model, trainer = fit(echoed_examples, max_epochs=2)
+    assert trainer.global_step == 2 * STEPS_PER_EPOCH
+    for epoch in (0, 1):
+        ids = [i for b, e in zip(model.seen, model.epochs, strict=True) if e == epoch
+               for i in b]
+        assert sorted(ids) == sorted(list(range(N)) * FACTOR), f"epoch {epoch}"
+    assert model.seen[:STEPS_PER_EPOCH] != model.seen[STEPS_PER_EPOCH:]  # a new order
+    stats = model.loader.dataset.stats()
+    assert stats.fresh_examples == 2 * N and stats.realised_factor == FACTOR
+
+
+class Plain(IterableDataset):
+    def __iter__(self):
+        return iter(range(N))
+
+
+def stateful(dataset):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make():
+        data = EchoDataset(list(range(N)), factor=FACTOR, buffer_size=4, seed=0) \
+            if dataset == "echo" else Plain()
+        return sdl.StatefulDataLoader(data, batch_size=BATCH)
+
+    return make
+
+
+@pytest.mark.parametrize("dataset", ["echo", "plain"])
+def test_mid_epoch_resume_of_a_loader_without_len_skips_the_batch_lightning_prefetched(
+        dataset, tmp_path):
+    # Without len() Lightning fetches one batch ahead of the step, and saves the
+    # loader's state with that batch already taken: the resumed run starts after it.
+    # A plain IterableDataset does the same, so the cause is Lightning's prefetch.
+    make = stateful(dataset)
+    seen = fit(make, max_epochs=EPOCHS)[0].seen
+    step = 3
+    first, second = resumed(make, step, tmp_path)
+    assert first.seen + second.seen == seen[:step] + seen[step + 1:]
+
+
+def test_example_echoing_resumes_exactly_from_an_epochs_last_step(tmp_path):
+    # The prefetch met the loader's end, so no batch was taken ahead.
+    make = stateful("echo")
+    reference = fit(make, max_epochs=EPOCHS)[0]
+    first, second = resumed(make, STEPS_PER_EPOCH, tmp_path)
+    assert first.seen + second.seen == reference.seen
+    assert second.loader.dataset.stats() == reference.loader.dataset.stats()
+
+
+def test_example_echoing_resumed_from_an_end_of_epoch_checkpoint_starts_at_epoch_0(tmp_path):
+    # Lightning restores no loader state from a finished epoch's checkpoint, and a
+    # DataLoader over an IterableDataset has no sampler it could pass the epoch to:
+    # the new EchoDataset reads epoch 0's order again.
+    make = stateful("echo")
+    seen = fit(make, max_epochs=EPOCHS)[0].seen
+    first, _ = fit(make, callbacks=[ModelCheckpoint(dirpath=tmp_path)], max_epochs=1)
+    (path,) = tmp_path.glob("*.ckpt")
+    second, _ = fit(make, ckpt_path=str(path), max_epochs=EPOCHS)
+    assert first.seen == seen[:STEPS_PER_EPOCH]
+    assert second.seen == seen[:len(second.seen)] != seen[STEPS_PER_EPOCH:]
