@@ -339,30 +339,32 @@ def paired_ratios(r: ConditionResult | None, base: ConditionResult | None,
         >>> s.min, s.max, s.n
         (0.5, inf, 2)
     """
-    if r is None or base is None:
-        return Spread.of([])
-    mine, theirs = r.per_seed(key), base.per_seed(key)
-    return Spread.of([mine[seed] / theirs[seed] for seed in mine
-                      if seed in theirs and math.isfinite(theirs[seed])])
+    return Spread.of(_same_seed(r, base, key))
 
 
 def speedup_bound(r: ConditionResult, base: ConditionResult) -> Spread:
-    """``F(1) / F(e)`` of the same seed: the training-time speedup an input-bound run
-    (R >= e) could get. A missed echo search gives 0; a missed baseline, no ratio.
+    """``F(1) / F(e)`` of the same seed, the inverse of :func:`paired_ratios`: the
+    training-time speedup an input-bound run (R >= e) could get; 0 where the echo
+    search missed.
 
     Example:
         >>> from dataecho.experiments.conditions import Condition
-        >>> a, b = (ConditionResult(Condition.default("w", "baseline", 1, 8)) for _ in "ab")
-        >>> a.best = {0: {"crossing": {"interpolated": 50.0}}, 1: None}
-        >>> b.best = {0: {"crossing": {"interpolated": 100.0}}, 1: {"crossing":
-        ...           {"interpolated": 80.0}}}
-        >>> s = speedup_bound(a, b)
-        >>> s.min, s.max, s.n
-        (0.0, 2.0, 2)
+        >>> echo = ConditionResult(Condition.default("w", "batch", 2, 8))
+        >>> base = ConditionResult(Condition.default("w", "baseline", 1, 8))
+        >>> echo.best, base.best = {0: None}, {0: {"crossing": {"interpolated": 9.0}}}
+        >>> speedup_bound(echo, base).max
+        0.0
     """
-    mine, theirs = r.per_seed(), base.per_seed()
-    return Spread.of([theirs[seed] / mine[seed] for seed in mine
-                      if seed in theirs and math.isfinite(theirs[seed])])
+    return Spread.of([1 / x for x in _same_seed(r, base, "interpolated")])
+
+
+def _same_seed(r: ConditionResult | None, base: ConditionResult | None,
+               key: str) -> list[float]:
+    if r is None or base is None:
+        return []
+    mine, theirs = r.per_seed(key), base.per_seed(key)
+    return [mine[seed] / theirs[seed] for seed in mine
+            if seed in theirs and math.isfinite(theirs[seed])]
 
 
 def f5_shuffle(work: dict[str, tuple[Results, int]]) -> Finding:
