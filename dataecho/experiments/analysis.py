@@ -61,7 +61,7 @@ class ConditionResult:
 
     def fresh(self, measure: str = "interpolated") -> Spread:
         """Fresh examples to the target over seeds (``inf`` where a search missed)."""
-        return Spread.of([_crossing(r, measure) for r in self.best.values()])
+        return self.value(measure)
 
     def value(self, key: str) -> Spread:
         """A crossing field (``steps``, ``seconds``, ``cpu_seconds``) of the best trials
@@ -144,10 +144,6 @@ def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionRes
         else:
             out[cond.workload][cond].best[seed] = best_trial(trials)
     return dict(out)
-
-
-def _crossing(record: Record | None, measure: str) -> float:
-    return float(record["crossing"][measure]) if record else math.inf
 
 
 def _median(ordered: Sequence[float]) -> float:
