@@ -156,6 +156,8 @@ def test_stateful_dataloader_with_workers_resumes_exactly():
 
     loader = make()
     full = [b[:, [0, 2]] for b in loader]
+    next_epoch = [b[:, [0, 2]] for b in loader]
+    assert not same(next_epoch, full)  # its new workers read epoch 1, not 0 again
     loader = make()
     it = iter(loader)
     head = [next(it)[:, [0, 2]] for _ in range(7)]
@@ -165,6 +167,8 @@ def test_stateful_dataloader_with_workers_resumes_exactly():
     restored.load_state_dict(state)
     rest = [b[:, [0, 2]] for b in restored]
     assert same(head + rest, full)
+    # The restored workers tell the next iteration's new workers which epoch is next.
+    assert same([b[:, [0, 2]] for b in restored], next_epoch)
 
 
 def test_error_in_a_worker_reaches_the_caller_with_its_type():
