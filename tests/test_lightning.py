@@ -199,3 +199,21 @@ def test_example_echoing_resumed_from_an_end_of_epoch_checkpoint_starts_at_epoch
     second, _ = fit(make, ckpt_path=str(path), max_epochs=EPOCHS)
     assert first.seen == seen[:STEPS_PER_EPOCH]
     assert second.seen == seen[:len(second.seen)] != seen[STEPS_PER_EPOCH:]
+
+
+def test_lightning_runs_each_epoch_at_most_the_len_it_read_first():
+    # A fractional factor draws each epoch's extra copies anew, so len() changes with
+    # the epoch; Lightning reads it once and stops every epoch there (the README's
+    # reason to prefer an integer factor).
+    def make():
+        return EchoBatches(DataLoader(torch.arange(20), batch_size=1), 1.5, seed=4)
+
+    lens = []
+    probe = make()
+    for epoch in range(4):
+        probe.set_epoch(epoch)
+        lens.append(len(probe))
+    model, _ = fit(make, max_epochs=4)
+    steps = [model.epochs.count(epoch) for epoch in range(4)]
+    assert lens == [31, 30, 32, 28]
+    assert steps == [31, 30, 31, 28]
