@@ -130,13 +130,16 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_exactly(tmp_path):
     assert second.loader.stats().fresh_examples == (EPOCHS - 1) * N
 
 
-def echoed_examples():
+def echoed_examples(num_workers=0):
     return DataLoader(EchoDataset(list(range(N)), factor=FACTOR, buffer_size=4, seed=0),
-                      batch_size=BATCH)
+                      batch_size=BATCH, num_workers=num_workers)
 
 
-def test_lightning_trains_example_echoing_with_factor_copies_per_example():
-    model, trainer = fit(echoed_examples, max_epochs=2)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_lightning_trains_example_echoing_with_factor_copies_per_example(num_workers):
+    # With workers (not persistent), each epoch's workers are new copies of the
+    # dataset; Lightning calls no set_epoch on it, and still each epoch is a new one.
+    model, trainer = fit(functools.partial(echoed_examples, num_workers), max_epochs=2)
     assert trainer.global_step == 2 * STEPS_PER_EPOCH
     for epoch in (0, 1):
         ids = [i for b, e in zip(model.seen, model.epochs, strict=True) if e == epoch
@@ -196,3 +199,21 @@ def test_example_echoing_resumed_from_an_end_of_epoch_checkpoint_starts_at_epoch
     second, _ = fit(make, ckpt_path=str(path), max_epochs=EPOCHS)
     assert first.seen == seen[:STEPS_PER_EPOCH]
     assert second.seen == seen[:len(second.seen)] != seen[STEPS_PER_EPOCH:]
+
+
+def test_lightning_runs_each_epoch_at_most_the_len_it_read_first():
+    # A fractional factor draws each epoch's extra copies anew, so len() changes with
+    # the epoch; Lightning reads it once and stops every epoch there (the README's
+    # reason to prefer an integer factor).
+    def make():
+        return EchoBatches(DataLoader(torch.arange(20), batch_size=1), 1.5, seed=4)
+
+    lens = []
+    probe = make()
+    for epoch in range(4):
+        probe.set_epoch(epoch)
+        lens.append(len(probe))
+    model, _ = fit(make, max_epochs=4)
+    steps = [model.epochs.count(epoch) for epoch in range(4)]
+    assert lens == [31, 30, 32, 28]
+    assert steps == [31, 30, 31, 28]

@@ -76,6 +76,46 @@ def test_persistent_workers_advance_the_epoch_by_themselves():
     assert epochs[0] != epochs[1]
 
 
+def _ids(loader):
+    return [int(v) for b in loader for v in b[:, 0]]
+
+
+def test_new_workers_of_each_iteration_read_the_next_epoch_by_themselves():
+    # Non-persistent workers are new copies of the dataset at each iteration (as under
+    # Lightning, which never calls set_epoch on an IterableDataset).
+    ds = EchoDataset(Tokens(40), factor=1.5, buffer_size=8, seed=1)
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    epochs = [_ids(loader) for _ in range(3)]
+    assert ds.state_dict()["epoch"] == 3
+    reference = EchoDataset(Tokens(40), factor=1.5, buffer_size=8, seed=1)
+    expected = []
+    for epoch in range(3):
+        reference.set_epoch(epoch)
+        expected.append(_ids(DataLoader(reference, batch_size=4, num_workers=2)))
+    assert epochs == expected
+    assert len({tuple(e) for e in epochs}) == 3
+
+
+def test_a_loader_rebuilt_with_the_same_seed_each_epoch_still_advances():
+    ds = EchoDataset(Tokens(24), factor=2, buffer_size=4, seed=1)
+
+    def loader():
+        return DataLoader(ds, batch_size=4, num_workers=2,
+                          generator=torch.Generator().manual_seed(0))
+
+    first, second = _ids(loader()), _ids(loader())
+    assert first != second and sorted(first) == sorted(second)
+
+
+def test_set_epoch_reaches_persistent_workers():
+    ds = EchoDataset(Tokens(40), factor=2, buffer_size=8, seed=1)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    first = _ids(loader)
+    ds.set_epoch(0)
+    assert _ids(loader) == first  # epoch 0 again, not the workers' own next epoch
+    assert _ids(loader) != first
+
+
 def test_stats_add_up_over_workers():
     ds = EchoDataset(Tokens(50), factor=3, buffer_size=8)
     n = sum(len(b) for b in DataLoader(ds, batch_size=10, num_workers=2))
@@ -116,6 +156,8 @@ def test_stateful_dataloader_with_workers_resumes_exactly():
 
     loader = make()
     full = [b[:, [0, 2]] for b in loader]
+    next_epoch = [b[:, [0, 2]] for b in loader]
+    assert not same(next_epoch, full)  # its new workers read epoch 1, not 0 again
     loader = make()
     it = iter(loader)
     head = [next(it)[:, [0, 2]] for _ in range(7)]
@@ -125,6 +167,8 @@ def test_stateful_dataloader_with_workers_resumes_exactly():
     restored.load_state_dict(state)
     rest = [b[:, [0, 2]] for b in restored]
     assert same(head + rest, full)
+    # The restored workers tell the next iteration's new workers which epoch is next.
+    assert same([b[:, [0, 2]] for b in restored], next_epoch)
 
 
 def test_error_in_a_worker_reaches_the_caller_with_its_type():

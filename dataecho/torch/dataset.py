@@ -12,6 +12,7 @@ from .._checks import check_augment, check_positive_int
 from ..pipeline import pipeline
 from ..stage import Stage, State
 from ..stats import EchoStats, chain
+from .epochs import EpochCounter
 from .sharding import check_rank, resolve_rank, shard_of
 
 # Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
@@ -34,9 +35,11 @@ class EchoDataset(IterableDataset[Any]):
     same number of steps, which DDP needs (a fractional factor draws each shard's extra
     copies separately, so counts still differ: give DDP a step budget).
 
-    Epochs: call :meth:`set_epoch` before each epoch, as with ``DistributedSampler``.
-    With ``persistent_workers=True`` (workers keep their copy of this object) or
-    ``num_workers=0`` every new iteration also advances the epoch by itself.
+    Epochs: each new iteration of the DataLoader reads the next epoch by itself, with
+    any number of workers, persistent or not (the counter is in shared memory, so new
+    worker copies of this object see it; this is what Lightning needs, which never
+    calls ``set_epoch`` on an ``IterableDataset``). :meth:`set_epoch` sets the epoch the
+    next iteration reads, as with ``DistributedSampler``.
 
     Checkpoints: with ``num_workers=0``, :meth:`state_dict` taken between batches
     resumes exactly; taken after an epoch was read to its end, it resumes at the start
@@ -131,8 +134,9 @@ class EchoDataset(IterableDataset[Any]):
             shard, shards = self.rank, self.world_size
         self._repr = repr(pipeline(dataset, **self.kwargs, shard_index=shard,
                                    num_shards=shards))
-        self._epoch = 0
+        self._epochs = EpochCounter()
         self._started = 0  # iterations begun by this copy of the object
+        self._resume: int | None = None  # the epoch a worker's restored state names
         self._pipe: _Counted | None = None
         self._pending: tuple[int, Mapping[str, Any]] | None = None  # (epoch, state)
         self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * _SLOTS)
@@ -150,10 +154,11 @@ class EchoDataset(IterableDataset[Any]):
         A checkpoint loaded for another epoch is dropped (its epoch is over or skipped);
         one loaded for this epoch still resumes where it stopped.
         """
-        self._epoch = check_positive_int(epoch, "epoch", minimum=0)
-        self._started = 0
+        epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self._epochs.set(epoch)
+        self._resume = None
         self._pipe = None  # the position in an earlier iteration is no longer resumed
-        if self._pending is not None and self._pending[0] != self._epoch:
+        if self._pending is not None and self._pending[0] != epoch:
             self._pending = None
 
     def _build(self, epoch: int) -> Stage[Any]:
@@ -162,8 +167,10 @@ class EchoDataset(IterableDataset[Any]):
                         num_shards=shards)
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = self._epoch + self._started
+        resume = self._pending[0] if self._pending is not None else self._resume
+        epoch = self._epochs.claim(self._started, resume)
         self._started += 1
+        self._resume = None
         pipe = self._build(epoch)
         if self._pending is not None:
             pipe.load_state_dict(self._pending[1])
@@ -171,9 +178,10 @@ class EchoDataset(IterableDataset[Any]):
         self._pipe = _Counted(pipe, self._counts, _worker_slot(), epoch, self._rewind)
         return self._pipe
 
-    def _rewind(self) -> None:
-        # The iteration just begun was restored as the already finished previous epoch.
-        self._started = max(self._started - 1, 0)
+    def _rewind(self, epoch: int) -> None:
+        # The iteration just begun (reading `epoch`) was restored as the already
+        # finished previous epoch: the next iteration reads `epoch`.
+        self._epochs.rewind(epoch)
 
     def state_dict(self) -> State:
         """The epoch to resume and, within it, the position (None: from its start).
@@ -186,7 +194,7 @@ class EchoDataset(IterableDataset[Any]):
         elif self._pending is not None:
             epoch, position = self._pending[0], dict(self._pending[1])
         else:
-            epoch, position = self._epoch + self._started, None
+            epoch, position = self._epochs.next(), None
         totals = self.stats()
         return {"epoch": epoch, "pipeline": position,
                 "totals": [totals.fresh_examples, totals.emitted_examples]}
@@ -198,12 +206,18 @@ class EchoDataset(IterableDataset[Any]):
                 "state must be a dict returned by EchoDataset.state_dict(), got "
                 f"{type(state).__name__}; pass the dict saved from the checkpoint"
             )
-        self._epoch, self._started, self._pipe = int(state["epoch"]), 0, None
+        epoch, self._pipe = int(state["epoch"]), None
         position = state.get("pipeline")
         if isinstance(position, Mapping) and position.get("stage") == "_Counted":
             position = position["upstream"]
-        self._pending = None if position is None else (self._epoch, position)
-        if _worker_slot() == 0 and get_worker_info() is None:
+        self._pending = None if position is None else (epoch, position)
+        if get_worker_info() is not None:
+            # A StatefulDataLoader restoring this worker: its next iteration is the
+            # checkpointed one, whatever the other workers claim.
+            self._resume, self._started = epoch, 0
+        else:
+            self._epochs.set(epoch)
+            self._resume = None
             # The main process carries the totals; workers count from the restore on.
             self._counts[:] = [0] * (2 * _SLOTS)
             self._counts[0], self._counts[1] = (int(v) for v in state.get("totals", (0, 0)))
@@ -255,7 +269,7 @@ class _Counted(Stage[Any]):
     upstream: Stage[Any]
 
     def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
-                 rewind: Callable[[], None]) -> None:
+                 rewind: Callable[[int], None]) -> None:
         self.upstream, self.epoch, self.ended = upstream, epoch, False
         self._rewind = rewind
         stages = chain(upstream)
@@ -302,7 +316,7 @@ class _Counted(Stage[Any]):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         if state.get("ended", False):
             if not self.ended and int(state.get("epoch", self.epoch)) != self.epoch:
-                self._rewind()
+                self._rewind(self.epoch)
             self.ended = True
             return
         self.upstream.load_state_dict(state["upstream"])
