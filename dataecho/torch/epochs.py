@@ -24,7 +24,9 @@ class EpochCounter:
     the DataLoader draws for it (every worker's ``seed - id``) and by how many
     iterations that worker process has begun (persistent workers keep one base seed);
     at most ``num_workers`` claims join one iteration, so a DataLoader rebuilt with the
-    same seed each epoch still advances.
+    same seed each epoch still advances. (Not covered: such a rebuilt loader whose
+    previous iteration was abandoned before all its workers started, where the first
+    workers of the next iteration would join the old claim.)
 
     Example:
         >>> counter = EpochCounter()
