@@ -136,9 +136,9 @@ class EchoDataset(IterableDataset[Any]):
                                    num_shards=shards))
         self._epochs = EpochCounter()
         self._started = 0  # iterations begun by this copy of the object
-        self._resume: int | None = None  # the epoch a worker's restored state names
         self._pipe: _Counted | None = None
-        self._pending: tuple[int, Mapping[str, Any]] | None = None  # (epoch, state)
+        # (epoch, position or None): what the next iteration of this copy resumes.
+        self._pending: tuple[int, Mapping[str, Any] | None] | None = None
         self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * _SLOTS)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -156,7 +156,6 @@ class EchoDataset(IterableDataset[Any]):
         """
         epoch = check_positive_int(epoch, "epoch", minimum=0)
         self._epochs.set(epoch)
-        self._resume = None
         self._pipe = None  # the position in an earlier iteration is no longer resumed
         if self._pending is not None and self._pending[0] != epoch:
             self._pending = None
@@ -167,21 +166,15 @@ class EchoDataset(IterableDataset[Any]):
                         num_shards=shards)
 
     def __iter__(self) -> Iterator[Any]:
-        resume = self._pending[0] if self._pending is not None else self._resume
-        epoch = self._epochs.claim(self._started, resume)
+        pending, self._pending = self._pending, None
+        epoch = self._epochs.claim(self._started, None if pending is None else pending[0])
         self._started += 1
-        self._resume = None
         pipe = self._build(epoch)
-        if self._pending is not None:
-            pipe.load_state_dict(self._pending[1])
-            self._pending = None
-        self._pipe = _Counted(pipe, self._counts, _worker_slot(), epoch, self._rewind)
+        if pending is not None and pending[1] is not None:
+            pipe.load_state_dict(pending[1])
+        self._pipe = _Counted(pipe, self._counts, _worker_slot(), epoch,
+                              self._epochs.rewind)
         return self._pipe
-
-    def _rewind(self, epoch: int) -> None:
-        # The iteration just begun (reading `epoch`) was restored as the already
-        # finished previous epoch: the next iteration reads `epoch`.
-        self._epochs.rewind(epoch)
 
     def state_dict(self) -> State:
         """The epoch to resume and, within it, the position (None: from its start).
@@ -189,10 +182,12 @@ class EchoDataset(IterableDataset[Any]):
         Taken after an epoch was read to its end, it names the next epoch.
         """
         pipe = self._pipe
+        position: State | None
         if pipe is not None and not pipe.ended:
             epoch, position = pipe.epoch, pipe.state_dict()
         elif self._pending is not None:
-            epoch, position = self._pending[0], dict(self._pending[1])
+            epoch, loaded = self._pending
+            position = None if loaded is None else dict(loaded)
         else:
             epoch, position = self._epochs.next(), None
         totals = self.stats()
@@ -210,14 +205,13 @@ class EchoDataset(IterableDataset[Any]):
         position = state.get("pipeline")
         if isinstance(position, Mapping) and position.get("stage") == "_Counted":
             position = position["upstream"]
-        self._pending = None if position is None else (epoch, position)
         if get_worker_info() is not None:
             # A StatefulDataLoader restoring this worker: its next iteration is the
             # checkpointed one, whatever the other workers claim.
-            self._resume, self._started = epoch, 0
+            self._pending, self._started = (epoch, position), 0
         else:
+            self._pending = None if position is None else (epoch, position)
             self._epochs.set(epoch)
-            self._resume = None
             # The main process carries the totals; workers count from the restore on.
             self._counts[:] = [0] * (2 * _SLOTS)
             self._counts[0], self._counts[1] = (int(v) for v in state.get("totals", (0, 0)))
