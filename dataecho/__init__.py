@@ -14,6 +14,7 @@ from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
 from .adaptive_examples import AdaptiveExamples
 from .batch import Batch, collate
 from .echo import Echo
+from .factor import Auto
 from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
@@ -32,6 +33,7 @@ __all__ = [
     "AdaptiveEcho",
     "AdaptiveExamples",
     "AdaptiveStats",
+    "Auto",
     "Batch",
     "Echo",
     "EchoStats",

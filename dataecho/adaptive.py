@@ -252,19 +252,6 @@ class AdaptiveEcho(Stage[T]):
         """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
         return self._fresh_ex, self._emitted_ex, self._fresh, self._emitted
 
-    @staticmethod
-    def counts_of_state(state: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """The :meth:`echo_counts` of a stage restored from ``state``, without one
-        (missing fields count 0).
-
-        Example:
-            >>> AdaptiveEcho.counts_of_state({"fresh": 2, "fresh_examples": 2,
-            ...                               "emitted": 5, "emitted_examples": 5})
-            (2, 5, 2, 5)
-        """
-        return (int(state.get("fresh_examples", 0)), int(state.get("emitted_examples", 0)),
-                int(state.get("fresh", 0)), int(state.get("emitted", 0)))
-
     def _config(self) -> dict[str, Any]:
         return {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
                 "buffer_size": self.buffer_size, "seed": self.seed}

@@ -145,23 +145,16 @@ class Echo(Stage[T]):
         return (self._fresh_ex, self._planned_ex - left * self._size,
                 self._fresh, self._planned - left)
 
-    @staticmethod
-    def counts_of_state(state: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """The :meth:`echo_counts` of a stage restored from ``state``, without one.
-
-        The state holds the copies planned and the ``left`` copies still owed (of
-        ``size`` examples each): those are not emitted yet. Missing fields count 0.
+    @property
+    def repeating(self) -> bool:
+        """Whether the item just returned comes again: more of its copies follow.
 
         Example:
-            >>> stage = Echo(range(3), factor=2)
-            >>> _ = next(stage)
-            >>> Echo.counts_of_state(stage.state_dict()) == stage.echo_counts() == (1, 1, 1, 1)
+            >>> stage = Echo(["a"], factor=2)
+            >>> _ = next(stage); stage.repeating
             True
         """
-        left, size = int(state.get("left", 0)), int(state.get("size", 1))
-        return (int(state.get("fresh_examples", 0)),
-                int(state.get("planned_examples", 0)) - left * size,
-                int(state.get("fresh", 0)), int(state.get("planned", 0)) - left)
+        return self._left > 0
 
     def _config(self) -> dict[str, Any]:
         return {"factor": self.factor, "seed": self.seed}

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from ._checks import check_augment, check_factor, check_positive_int, check_seed
+from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import derive_seed
-from .adaptive import DEFAULT_MAX_FACTOR
 from .adaptive_examples import make_auto
 from .batch import Batch
 from .echo import Echo
+from .factor import Auto, as_factor
 from .map import Map
 from .shuffle import Shuffle
 from .source import Source
@@ -25,8 +25,7 @@ def pipeline(
     *,
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
-    factor: float | Literal["auto"] | None = None,
-    max_factor: int | None = None,
+    factor: float | Auto | Literal["auto"] | None = None,
     batch_size: int | None = 128,
     buffer_size: int | None = None,
     drop_last: bool = False,
@@ -50,26 +49,24 @@ def pipeline(
     - ``"batch"``: Source -> Map(augment) -> Batch -> Echo [-> Shuffle of batches].
       Whole batches repeat; saves batching work too.
     - ``None`` (or ``factor=1``): the baseline, Source -> Map(augment) -> Batch;
-      with ``echo=None`` a ``factor`` other than 1, or ``max_factor``, is an error.
+      with ``echo=None`` a ``factor`` other than 1 is an error.
 
     Args:
         data: map-style data set of decoded examples (the expensive read happens here).
         augment: ``fn(example)`` or ``fn(example, rng)``; None for no augmentation.
         echo: the variant, or None for no echoing.
         factor: echo factor, a real number >= 1 (fractional values allowed), or
-            ``"auto"``: echo only while fresh data is late (a prefetch thread reads
-            upstream; see :class:`dataecho.AdaptiveExamples`), never more than
-            ``max_factor`` uses per fresh item. Not bit-reproducible. Default (None):
-            2.0 with a variant, 1 (no echoing) with ``echo=None``.
-        max_factor: the cap on uses per fresh item with ``factor="auto"`` (default
-            4); an error with a fixed factor, where it would do nothing.
+            :class:`dataecho.Auto` (``"auto"`` for ``Auto()``): echo only while fresh
+            data is late (a prefetch thread reads upstream; see
+            :class:`dataecho.AdaptiveExamples`). Default (None): 2.0 with a variant, 1
+            (no echoing) with ``echo=None``.
         batch_size: examples per batch, or None for a stream of examples (example
             echoing only), e.g. to let a DataLoader batch them.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches for example echoing, none (1) for batch echoing, where each item is
-            a whole batch. 1 disables the post-echo shuffle. With ``factor="auto"`` it
-            is the adaptive stage's echo buffer instead (recent examples, or batches for
-            batch echoing, that echoes are drawn from); default: that stage's own.
+            a whole batch. 1 disables the post-echo shuffle. With ``Auto`` the adaptive
+            stage's own buffer spreads copies (``Auto(buffer_size=...)``) and this is an
+            error.
         drop_last: drop a final partial batch.
         collate: batch collate function (default: numpy stacking).
         shuffle: permute the data set each epoch.
@@ -94,27 +91,24 @@ def pipeline(
             "pass echo='before_augmentation' for the paper's best variant"
         )
     check_augment(augment)
-    if echo is None:
-        given = {k: v for k, v in (("factor", factor), ("max_factor", max_factor))
-                 if v is not None and not (k == "factor" and v == 1)}
-        if given:
-            names = " and ".join(given)
-            raise ValueError(
-                f"{names} {'does' if len(given) == 1 else 'do'} nothing with echo=None (no "
-                f"echoing: the baseline), got "
-                f"{', '.join(f'{k}={v!r}' for k, v in given.items())}; drop {names} for the "
-                "baseline, or pass a variant such as echo='before_augmentation' to echo")
+    if echo is None and factor is not None and factor != 1:
+        raise ValueError(
+            f"factor does nothing with echo=None (no echoing: the baseline), got "
+            f"factor={factor!r}; drop factor for the baseline, or pass a variant such as "
+            "echo='before_augmentation' to echo")
     if factor is None:
         factor = 1.0 if echo is None else 2.0
-    auto = factor == "auto"
-    factor = 1.0 if auto else check_factor(factor)
-    if max_factor is not None and not auto:
+    factor = as_factor(factor)
+    auto = isinstance(factor, Auto)
+    if auto and buffer_size is not None:
         raise ValueError(
-            f"max_factor caps factor='auto' and does nothing with a fixed factor={factor:g}, "
-            f"got max_factor={max_factor!r}; drop max_factor, or pass factor='auto'")
+            f"buffer_size is the post-echo shuffle of a fixed factor; with {factor!r} the "
+            f"adaptive stage spreads copies by its own buffer, got buffer_size="
+            f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r}) "
+            "instead")
     if auto and batch_size is None:
         raise ValueError(
-            "batch_size must be an int >= 1 with factor='auto' (adaptive echoing fills "
+            "batch_size must be an int >= 1 with factor=Auto(...) (adaptive echoing fills "
             "batches), got None; pass batch_size"
         )
     if batch_size is None and echo == "batch":
@@ -125,13 +119,11 @@ def pipeline(
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     seed = check_seed(seed)
-    adaptive_buffer = None if buffer_size is None else check_positive_int(
-        buffer_size, "buffer_size")
     if buffer_size is None:
         example_level = echo in ("before_augmentation", "after_augmentation")
         buffer_size = 10 * (batch_size or 100) if example_level else 1
     buffer_size = check_positive_int(buffer_size, "buffer_size")
-    if echo is None or (factor == 1.0 and not auto):
+    if echo is None or factor == 1.0:
         echo = None
 
     def sub(tag: int) -> int:  # distinct streams per stage, first epoch and shard
@@ -140,11 +132,11 @@ def pipeline(
     stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
                                epoch=epoch, shard_index=shard_index, num_shards=num_shards,
                                drop_remainder=drop_remainder)
-    if auto and echo is not None:
+    if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(1), buffer_size=adaptive_buffer,
-                         max_factor=DEFAULT_MAX_FACTOR if max_factor is None else max_factor)
+                         seed=sub(1), buffer_size=factor.buffer_size,
+                         max_factor=factor.max_factor)
     if echo == "before_augmentation":
         stage = Echo(stage, factor, seed=sub(1))
     if augment is not None:

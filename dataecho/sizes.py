@@ -8,6 +8,7 @@ ahead; otherwise the batch itself is measured.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -84,3 +85,43 @@ def batch_len(batch: object) -> int:
             return batch_len(first)
         return len(batch)
     return 1
+
+
+def is_dataclass_instance(value: Any) -> bool:
+    """Whether ``value`` is a dataclass instance (not a dataclass type)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def batch_size_of(batch: Any) -> int:
+    """Examples in a batch: :func:`dataecho.sizes.batch_len`, plus per-sample fields.
+
+    As :func:`dataecho.sizes.batch_len` (the rule of the core stages): a tensor or
+    array counts its first dimension; a dict its first value; a tuple (fields, named
+    or not) its first field; a list its length (a list of samples, e.g. from
+    ``collate_fn=lambda b: b``), unless its first element is a tensor or array
+    (``default_collate``'s list of fields), whose first dimension counts. Added here:
+    a dataclass counts as a dict of its fields, and a tuple, dict or dataclass whose
+    fields are all lists or tuples of one length (per-sample fields, as the detection
+    collate ``tuple(zip(*batch))`` makes) counts that length. Pass ``size=`` to
+    :class:`dataecho.torch.EchoBatches` for batches laid out otherwise.
+
+    Example:
+        >>> import numpy as np
+        >>> batch_size_of((np.zeros((32, 3)), np.zeros(32)))
+        32
+        >>> images, targets = (np.zeros((3, 8, 8)),) * 4, ({"boxes": None},) * 4
+        >>> batch_size_of((images, targets)), batch_size_of([(np.zeros(3), 0)] * 5)
+        (4, 5)
+    """
+    if is_dataclass_instance(batch):
+        batch = {f.name: getattr(batch, f.name, None) for f in dataclasses.fields(batch)}
+    fields = (list(batch.values()) if isinstance(batch, Mapping)
+              else batch if isinstance(batch, tuple) else None)
+    if fields:
+        lengths = {len(f) if isinstance(f, list | tuple) and not hasattr(f, "_fields")
+                   else None for f in fields}
+        if len(lengths) == 1:
+            n = lengths.pop()
+            if n:
+                return n
+    return batch_len(batch)

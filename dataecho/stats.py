@@ -65,34 +65,24 @@ class EchoStats:
         return (f"fresh {self.fresh_examples:,} examples, emitted {self.emitted_examples:,} "
                 f"(factor {self.realised_factor:.3f})")
 
+    def __add__(self, other: EchoStats) -> EchoStats:
+        """Field-wise sum, e.g. finished epochs plus the current one, or two workers.
 
-#: (fresh_examples, emitted_examples, fresh_items, emitted_items), as echo stages count.
-Counts = tuple[int, int, int, int]
+        ``batches`` stays None only when both are None.
 
-
-def add_counts(a: Counts, b: Counts) -> Counts:
-    """Element-wise sum: totals of finished epochs plus the current epoch's counts.
-
-    Wrappers that build a new echo stage every epoch (``EchoBatches``, ``EchoNode``)
-    keep the finished epochs' totals and add the live stage's counts to them.
-
-    Example:
-        >>> add_counts((1, 2, 1, 2), (3, 6, 3, 6))
-        (4, 8, 4, 8)
-    """
-    f_ex, e_ex, f_it, e_it = (x + y for x, y in zip(a, b, strict=True))
-    return (f_ex, e_ex, f_it, e_it)
-
-
-def as_counts(values: Any) -> Counts:
-    """The four counts from a checkpoint's list, as ints.
-
-    Example:
-        >>> as_counts([4, 8, 4, 8])
-        (4, 8, 4, 8)
-    """
-    f_ex, e_ex, f_it, e_it = (int(v) for v in values)
-    return (f_ex, e_ex, f_it, e_it)
+        Example:
+            >>> total = EchoStats(1, 2, 1, 2, None) + EchoStats(3, 6, 3, 6, 3)
+            >>> total.fresh_examples, total.emitted_examples, total.batches
+            (4, 8, 3)
+        """
+        if not isinstance(other, EchoStats):
+            return NotImplemented
+        batches = (None if self.batches is None and other.batches is None
+                   else (self.batches or 0) + (other.batches or 0))
+        return EchoStats(self.fresh_examples + other.fresh_examples,
+                         self.emitted_examples + other.emitted_examples,
+                         self.fresh_items + other.fresh_items,
+                         self.emitted_items + other.emitted_items, batches)
 
 
 @runtime_checkable

@@ -5,7 +5,7 @@ import pytest
 
 import dataecho
 from checkpoint import assert_restores_everywhere
-from dataecho import Batch, Echo, Map, Shuffle, Source
+from dataecho import Auto, Batch, Echo, Map, Shuffle, Source
 
 DATA = np.arange(60, dtype=np.int64)
 
@@ -96,8 +96,8 @@ def test_endless_pipeline_with_num_epochs_none():
 
 @pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
 def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(variant):
-    p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor="auto", batch_size=8,
-                          max_factor=3)
+    p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor=Auto(max_factor=3),
+                          batch_size=8)
     used = collections.Counter(int(v) // 1000 for b in p for v in b)
     assert set(used) == set(range(60)) and max(used.values()) <= 3
     assert p.stats().fresh_examples == 60
@@ -105,16 +105,16 @@ def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(v
 
 
 def test_auto_factor_needs_a_batch_size():
-    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 with factor='auto'"):
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 with factor=Auto\(\.\.\.\)"):
         dataecho.pipeline(DATA, factor="auto", batch_size=None)
 
 
 @pytest.mark.parametrize(("variant", "kind"), [("before_augmentation", "AdaptiveExamples"),
                                                ("batch", "AdaptiveEcho")])
-def test_auto_factor_uses_buffer_size_as_the_adaptive_echo_buffer(variant, kind):
-    # Not silently ignored: the adaptive stage's buffer spreads copies apart, the role the
-    # post-echo shuffle window plays for a fixed factor.
-    p = dataecho.pipeline(DATA, echo=variant, factor="auto", batch_size=8, buffer_size=24)
+def test_auto_carries_the_adaptive_echo_buffer(variant, kind):
+    # The adaptive stage's buffer spreads copies apart, the role the post-echo shuffle
+    # window plays for a fixed factor.
+    p = dataecho.pipeline(DATA, echo=variant, factor=Auto(buffer_size=24), batch_size=8)
     assert repr(p).startswith(kind) and "buffer_size=24" in repr(p)
     p.close()
     default = dataecho.pipeline(DATA, echo=variant, factor="auto", batch_size=8)
@@ -122,21 +122,21 @@ def test_auto_factor_uses_buffer_size_as_the_adaptive_echo_buffer(variant, kind)
     default.close()
 
 
-def test_max_factor_with_a_fixed_factor_is_an_error_not_a_silent_no_op():
-    with pytest.raises(ValueError, match=r"max_factor caps factor='auto'.*factor=2.*max_factor=3"):
-        dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=8, max_factor=3)
+def test_buffer_size_with_auto_is_an_error_naming_auto_buffer_size():
+    with pytest.raises(ValueError, match=r"buffer_size is the post-echo shuffle of a fixed "
+                                         r"factor.*got buffer_size=24; pass "
+                                         r"factor=dataecho.Auto\(buffer_size=24\)"):
+        dataecho.pipeline(DATA, echo="batch", factor="auto", batch_size=8, buffer_size=24)
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"factor": 3}, r"factor does nothing with echo=None \(no echoing: the baseline\), got "
                     r"factor=3; drop factor for the baseline, or pass a variant"),
     ({"factor": "auto"}, r"factor does nothing with echo=None .* got factor='auto'; drop"),
-    ({"max_factor": 4}, r"max_factor does nothing with echo=None .* got max_factor=4; drop"),
-    ({"factor": "auto", "max_factor": 8},
-     r"factor and max_factor do nothing with echo=None .* got factor='auto', max_factor=8"),
+    ({"factor": Auto(max_factor=8)},
+     r"factor does nothing with echo=None .* got factor=Auto\(max_factor=8\); drop"),
 ])
-def test_echo_none_with_a_factor_or_max_factor_is_an_error_not_a_silent_baseline(kwargs,
-                                                                                 message):
+def test_echo_none_with_a_factor_is_an_error_not_a_silent_baseline(kwargs, message):
     with pytest.raises(ValueError, match=message):
         dataecho.pipeline(DATA, echo=None, batch_size=8, **kwargs)
     baseline = ["Source", "Batch"]  # factor 1 or no factor is the baseline, as before

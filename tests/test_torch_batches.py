@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, DistributedSampler
 
 from checkpoint import same
+from dataecho import Auto
 from dataecho.torch import EchoBatches
 
 pytestmark = pytest.mark.torch
@@ -181,7 +182,7 @@ class SlowLoader:
 def test_auto_factor_echoes_while_the_loader_is_late_and_stops_its_thread(no_thread_leak):
     import time
 
-    echoed = EchoBatches(SlowLoader(12), "auto", max_factor=3)
+    echoed = EchoBatches(SlowLoader(12), Auto(max_factor=3))
     steps = 0
     for _ in echoed:
         time.sleep(0.005)
@@ -216,20 +217,20 @@ def test_leaving_an_epoch_early_shuts_the_loader_workers_down_at_once(factor, no
 
 
 def test_auto_factor_takes_the_echo_buffer_size(no_thread_leak):
-    echoed = EchoBatches(loader(), "auto", buffer_size=7)
+    echoed = EchoBatches(loader(), Auto(buffer_size=7))
     it = iter(echoed)
     next(it)
-    assert echoed.state_dict()["echo"]["config"]["buffer_size"] == 7
+    assert echoed.state_dict()["stage"]["config"]["buffer_size"] == 7
     it.close()
     default = EchoBatches(loader(), "auto")
     it = iter(default)
     next(it)
-    assert default.state_dict()["echo"]["config"]["buffer_size"] == 4
+    assert default.state_dict()["stage"]["config"]["buffer_size"] == 4
     it.close()
 
 
 def test_auto_factor_has_no_len_and_says_why():
-    with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor='auto' is unknown"):
+    with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor=Auto\(\.\.\.\) is unknown"):
         len(EchoBatches(loader(), "auto"))
 
 
@@ -261,7 +262,7 @@ def test_auto_factor_detects_in_place_modification_of_any_buffered_batch(no_thre
     yielded = []
     with pytest.raises(RuntimeError, match=r"modified an echoed batch in place .* pass "
                                            r"clone=True"):
-        for batch in EchoBatches(Burst(), "auto", max_factor=4, buffer_size=4):
+        for batch in EchoBatches(Burst(), Auto(max_factor=4, buffer_size=4)):
             yielded.append(batch.tolist())
             if not yielded[:-1] and batch[0] == 0:
                 batch.sub_(1000)  # the first use of batch 0
@@ -273,7 +274,7 @@ def test_auto_factor_with_clone_lets_the_step_modify_any_batch(no_thread_leak):
     import time
 
     seen = []
-    for batch in EchoBatches(Burst(), "auto", max_factor=2, clone=True):
+    for batch in EchoBatches(Burst(), Auto(max_factor=2), clone=True):
         seen.append(batch.tolist())
         batch.sub_(1000)
         time.sleep(0.01)
@@ -282,16 +283,16 @@ def test_auto_factor_with_clone_lets_the_step_modify_any_batch(no_thread_leak):
 
 def test_auto_factor_arguments_are_checked_at_construction():
     with pytest.raises(ValueError, match=r"buffer_size must be an int >= 1, got 0"):
-        EchoBatches(loader(), "auto", buffer_size=0)
+        EchoBatches(loader(), Auto(buffer_size=0))
     with pytest.raises(ValueError, match=r"max_factor must be an int >= 1, got 0"):
-        EchoBatches(loader(), "auto", max_factor=0)
+        EchoBatches(loader(), Auto(max_factor=0))
     with pytest.raises(TypeError, match=r"max_factor must be an int >= 1, got '4'"):
-        EchoBatches(loader(), "auto", max_factor="4")
-    with pytest.raises(TypeError, match=r"size must be None or a function .* got 'x'"):
+        EchoBatches(loader(), Auto(max_factor="4"))
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\) .* got str"):
         EchoBatches(loader(), 2, size="x")
     with pytest.raises(TypeError, match=r"agree must be None or a callable agreement, got 3 .*"
                                           r"RankAgreement\(\)"):
-        EchoBatches(loader(), "auto", agree=3)
+        EchoBatches(loader(), Auto(agree=3))
 
 
 def test_a_one_shot_iterator_is_rejected_since_later_epochs_would_be_empty():
@@ -452,14 +453,12 @@ def test_batch_size_of_agrees_with_the_core_rule():
     assert batch_size_of(((x[0],) * 3, ({},) * 3)) == 3
 
 
-def test_parameters_of_auto_are_refused_with_a_fixed_factor():
-    for name, value in (("max_factor", 3), ("buffer_size", 8), ("agree", len)):
-        with pytest.raises(ValueError, match=rf"{name} only acts with factor='auto' .* fixed "
-                                             rf"factor=2, got {name}=.*; drop {name}, or pass "
-                                             r"factor='auto'"):
-            EchoBatches(loader(), 2, **{name: value})
-    echoed = EchoBatches(loader(), "auto")
-    assert echoed.max_factor == 4 and echoed.buffer_size is None
+def test_auto_is_a_value_that_carries_the_adaptive_parameters():
+    assert EchoBatches(loader(), "auto").factor == Auto()
+    echoed = EchoBatches(loader(), Auto(max_factor=3, buffer_size=8))
+    assert (echoed.factor.max_factor, echoed.factor.buffer_size) == (3, 8)
+    assert repr(echoed).startswith("EchoBatches(<DataLoader>, factor=Auto(max_factor=3, "
+                                   "buffer_size=8)")
 
 
 def test_nested_default_collate_batches_count_their_examples():

@@ -16,7 +16,7 @@ from torchdata.nodes import Batcher, IterableWrapper, Loader, Mapper
 
 import dataecho
 from checkpoint import assert_restores_everywhere, same
-from dataecho import NodeSource, as_stage
+from dataecho import Auto, NodeSource, as_stage
 from dataecho.torch.nodes import EchoNode
 
 
@@ -126,7 +126,7 @@ def test_auto_echoes_while_the_source_is_slow(no_thread_leak):
         time.sleep(0.01)
         return x
 
-    node = EchoNode(Mapper(IterableWrapper(range(20)), slow), "auto", max_factor=3)
+    node = EchoNode(Mapper(IterableWrapper(range(20)), slow), Auto(max_factor=3))
     out = []
     for x in Loader(node):
         time.sleep(0.002)  # a step 5x faster than the source
@@ -222,9 +222,6 @@ def test_auto_counts_one_example_per_item_by_default(no_thread_leak):
     assert node.stats().fresh_examples == 10 and node.stats().fresh_items == 3
 
 
-def test_max_factor_is_refused_with_a_fixed_factor():
-    with pytest.raises(ValueError, match=r"max_factor only acts with factor='auto' .* fixed "
-                                         r"factor=2, got max_factor=3; drop max_factor, or "
-                                         r"pass factor='auto'"):
-        EchoNode(IterableWrapper([1]), 2, max_factor=3)
-    assert EchoNode(IterableWrapper([1]), "auto").max_factor == 4
+def test_auto_carries_the_adaptive_parameters():
+    assert EchoNode(IterableWrapper([1]), "auto").factor == Auto(max_factor=4)
+    assert EchoNode(IterableWrapper([1]), Auto(max_factor=3)).factor.max_factor == 3

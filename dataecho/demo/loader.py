@@ -13,6 +13,7 @@ from torch.utils.data import default_collate as torch_collate
 from .._rng import derive_seed
 from ..adaptive_examples import AdaptiveExamples
 from ..echo import Echo
+from ..factor import Auto
 from ..map import Map
 from ..pipeline import VARIANTS
 from ..shuffle import Shuffle
@@ -137,9 +138,9 @@ def make_loader(dataset: StreamDataset, *, batch_size: int, num_workers: int = 1
         num_workers=num_workers, prefetch_factor=ahead,
         multiprocessing_context="spawn" if num_workers else None, persistent_workers=False)
     if dataset.echoes_batches:
-        buffer = echo_buffer(dataset, batch_size) if dataset.factor == "auto" else None
-        return EchoBatches(loader, dataset.factor, seed=derive_seed(dataset.seed, 1),
-                           buffer_size=buffer)
+        factor = (Auto(buffer_size=echo_buffer(dataset, batch_size))
+                  if dataset.factor == "auto" else dataset.factor)
+        return EchoBatches(loader, factor, seed=derive_seed(dataset.seed, 1))
     return loader
 
 

@@ -7,15 +7,16 @@ from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
-from .._checks import check_factor, check_positive_int, check_seed, check_size
+from .._checks import check_positive_int, check_seed, check_size
 from .._rng import derive_seed
-from ..adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
+from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
 from ..echo import Echo
+from ..factor import Auto, as_factor
 from ..iterable import NodeSource, is_node
+from ..loop import Epochs
 from ..shuffle import Shuffle
 from ..stage import Stage, State
-from ..stats import Counts, EchoStats, add_counts, as_counts, collect
-from .batches import reject_auto_only
+from ..stats import EchoStats
 
 T = TypeVar("T")
 
@@ -38,19 +39,18 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
     ``iter()``), and each epoch derives its own seeds, so fractional draws and shuffle
     orders differ between epochs and are the same on every rerun.
 
-    ``factor="auto"`` echoes only while the next fresh item is not ready, at most
-    ``max_factor`` uses per item (:class:`dataecho.AdaptiveEcho`: a background thread
-    reads the source node; :meth:`close` stops it, so does the end of an epoch).
+    ``factor=Auto(...)`` echoes only while the next fresh item is not ready
+    (:class:`dataecho.AdaptiveEcho`: a background thread reads the source node;
+    :meth:`close` stops it, so does the end of an epoch).
 
     Args:
         source: the node to read, a ``torchdata.nodes.BaseNode``.
-        factor: copies per item, a real number >= 1, or ``"auto"``.
+        factor: copies per item, a real number >= 1, or :class:`dataecho.Auto`
+            (``"auto"`` for ``Auto()``).
         buffer_size: items in the post-echo shuffle window; None: copies stay adjacent.
         seed: seed of the fractional draws, echo picks and shuffle orders.
-        size: examples in an item, for accounting; default 1 per item, with a fixed
-            factor and with ``"auto"`` (``len`` for the lists a ``Batcher`` yields).
-        max_factor: with ``factor="auto"``, the most uses of one fresh item (default
-            4); an error with a fixed factor, where it would do nothing.
+        size: examples in an item, for accounting; default 1 per item (``len`` for
+            the lists a ``Batcher`` yields).
 
     Example:
         >>> from torchdata.nodes import Batcher, IterableWrapper, Loader
@@ -65,12 +65,11 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
     def __init__(
         self,
         source: BaseNode[T],
-        factor: float | str,
+        factor: float | Auto | str,
         *,
         buffer_size: int | None = None,
         seed: int = 0,
         size: Callable[[T], int] | None = None,
-        max_factor: int | None = None,
     ) -> None:
         super().__init__()
         if not is_node(source):
@@ -78,47 +77,43 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
                 f"source must be a torchdata.nodes.BaseNode, got {type(source).__name__}; "
                 "wrap an iterable with torchdata.nodes.IterableWrapper(...) first")
         self.source = source
-        self.auto = isinstance(factor, str) and factor == "auto"
-        self.factor = 1.0 if self.auto else check_factor(factor)
-        if not self.auto:
-            reject_auto_only(self.factor, max_factor=max_factor)
+        self.factor = as_factor(factor)  # type: ignore[arg-type]
         self.buffer_size = None if buffer_size is None else check_positive_int(
             buffer_size, "buffer_size")
         self.seed = check_seed(seed)
         self.size = check_size(size)
-        self.max_factor = check_positive_int(
-            DEFAULT_MAX_FACTOR if max_factor is None else max_factor, "max_factor")
-        self.epoch = -1  # the first reset() starts epoch 0
-        self._stage: Stage[T] | None = None
-        self._done: Counts = (0, 0, 0, 0)  # counts of finished epochs
+        self._loop = Epochs(self._build)
+        self._started = False  # the first reset() reads epoch 0, later ones the next
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being read."""
+        return self._loop.epoch
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         """Starts the next epoch, or resumes from a :meth:`state_dict`."""
         super().reset(initial_state)
-        self._finish_epoch()
         if initial_state is None:
-            self.epoch += 1
+            if self._started:
+                self._loop.end()
             self.source.reset(None)
-            self._stage = self._build()
-            return
-        if not isinstance(initial_state, dict) or "stage" not in initial_state:
-            raise TypeError(
-                "initial_state must be a dict returned by EchoNode.state_dict(), got "
-                f"{type(initial_state).__name__}; pass the state saved from the checkpoint")
-        self.epoch = int(initial_state["epoch"])
-        self._done = as_counts(initial_state["done"])
-        self._stage = self._build()
-        self._stage.load_state_dict(initial_state["stage"])  # resets the source node too
+        else:
+            self._loop.load_state_dict(initial_state, "EchoNode", "initial_state")
+        self._started = True
+        self._loop.start()  # a loaded state also resets the source node
 
-    def _build(self) -> Stage[T]:
-        seed = derive_seed(self.seed, self.epoch)
+    def _build(self, epoch: int) -> Stage[T]:
+        seed = derive_seed(self.seed, epoch)
         upstream: NodeSource[T] = NodeSource(self.source)
         echo: Stage[T]
-        if self.auto:
+        if isinstance(self.factor, Auto):
             # AdaptiveEcho's own default measures items as batches; a node's items
             # count 1 each unless size says otherwise, as with a fixed factor.
-            echo = AdaptiveEcho(upstream, max_factor=self.max_factor,
-                                seed=derive_seed(seed, _ECHO), size=self.size or _one)
+            buffer = self.factor.buffer_size
+            echo = AdaptiveEcho(upstream, max_factor=self.factor.max_factor,
+                                agree=self.factor.agree, seed=derive_seed(seed, _ECHO),
+                                size=self.size or _one,
+                                buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
         else:
             echo = Echo(upstream, self.factor, seed=derive_seed(seed, _ECHO), size=self.size)
         if self.buffer_size is None:
@@ -128,41 +123,28 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
     def _current(self) -> Stage[T]:
         # BaseNode calls reset() before the first next() or state_dict(), so the stage
         # exists unless a subclass skipped that.
-        if self._stage is None:
+        stage = self._loop.stage
+        if stage is None:
             raise RuntimeError("EchoNode was not reset(); iterate it or wrap it in a Loader")
-        return self._stage
+        return stage
 
     def next(self) -> T:
         return next(self._current())
 
     def get_state(self) -> State:
-        return {"epoch": self.epoch, "done": list(self._done),
-                "stage": self._current().state_dict()}
-
-    def _counts(self) -> Counts:
-        if self._stage is None:
-            return (0, 0, 0, 0)
-        s = collect(self._stage)
-        return (s.fresh_examples, s.emitted_examples, s.fresh_items, s.emitted_items)
-
-    def _finish_epoch(self) -> None:
-        if self._stage is not None:
-            self._done = add_counts(self._done, self._counts())
-            self._stage.close()
-            self._stage = None
+        self._current()
+        return self._loop.state_dict()
 
     def stats(self) -> EchoStats:
         """Fresh and emitted counts over all epochs so far (``batches`` is None)."""
-        return EchoStats(*add_counts(self._done, self._counts()), None)
+        return self._loop.stats()
 
     def close(self) -> None:
-        """Stops the reading thread of ``factor="auto"``; a no-op otherwise."""
-        if self._stage is not None:
-            self._stage.close()
+        """Stops the reading thread of ``factor=Auto(...)``; a no-op otherwise."""
+        self._loop.close()
 
     def __repr__(self) -> str:
-        factor = "auto" if self.auto else self.factor
-        return (f"EchoNode({type(self.source).__name__}, factor={factor!r}, "
+        return (f"EchoNode({type(self.source).__name__}, factor={self.factor!r}, "
                 f"buffer_size={self.buffer_size!r}, seed={self.seed!r})")
 
 

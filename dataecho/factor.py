@@ -1,0 +1,113 @@
+"""The echo factor as a value: a number of copies, or :class:`Auto` for adaptive echoing.
+
+Every entry point that echoes takes ``factor: float | Auto``. A number is the paper's
+fixed factor (fractional values allowed); ``Auto(...)`` echoes only while fresh data is
+late and carries the few parameters that only mean something then, so no parameter of
+an entry point changes meaning with another. ``"auto"`` is shorthand for ``Auto()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._checks import check_factor, check_positive_int
+
+#: Uses of one fresh item at most, by default. The paper's gains grow up to e ≈ 4-8
+#: with diminishing returns, and about 4 repetitions of data are nearly as good as
+#: fresh data (Muennighoff et al., 2023): 4 is the largest cap safe by both measures.
+DEFAULT_MAX_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class Auto:
+    """Adaptive echoing: echo a recent item only while the next fresh one is late.
+
+    The realised factor then tracks ``R = t_upstream / t_downstream``, capped at
+    ``max_factor``; with ``R <= 1`` nothing is echoed. Decisions depend on timing, so
+    runs are not bit-reproducible: use a fixed factor when they must be.
+
+    Args:
+        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo).
+        buffer_size: recent items echoes are drawn from (examples for example
+            echoing, batches for batch echoing); None: the adaptive stage's default.
+        agree: a cross-rank agreement such as
+            ``dataecho.torch.distributed.RankAgreement()``, so every DDP rank takes the
+            same decisions and number of steps; None for one process.
+
+    Example:
+        >>> Auto(max_factor=3)
+        Auto(max_factor=3)
+        >>> as_factor("auto") == Auto()
+        True
+    """
+
+    max_factor: int = DEFAULT_MAX_FACTOR
+    buffer_size: int | None = None
+    agree: Any = None
+
+    def __post_init__(self) -> None:
+        # Checked here so that an invalid Auto cannot be written down at all.
+        object.__setattr__(self, "max_factor",
+                           check_positive_int(self.max_factor, "Auto.max_factor"))
+        if self.buffer_size is not None:
+            object.__setattr__(self, "buffer_size",
+                               check_positive_int(self.buffer_size, "Auto.buffer_size"))
+        if self.agree is not None and not callable(self.agree):
+            raise TypeError(
+                f"Auto.agree must be None or a callable agreement, got {self.agree!r} of "
+                f"type {type(self.agree).__name__}; pass "
+                "dataecho.torch.distributed.RankAgreement() under DDP, or leave it None")
+
+    def __repr__(self) -> str:
+        args = [f"max_factor={self.max_factor}"]
+        if self.buffer_size is not None:
+            args.append(f"buffer_size={self.buffer_size}")
+        if self.agree is not None:
+            args.append(f"agree={self.agree!r}")
+        return f"Auto({', '.join(args)})"
+
+
+Factor = float | Auto
+
+
+def as_factor(factor: float | Auto | Literal["auto"], name: str = "factor") -> float | Auto:
+    """Returns ``factor`` as a checked float >= 1 or an :class:`Auto`.
+
+    Raises:
+        TypeError: ``factor`` is neither a real number nor ``Auto``/``"auto"``.
+        ValueError: a number below 1, or not finite.
+
+    Example:
+        >>> as_factor(2), as_factor("auto")
+        (2.0, Auto(max_factor=4))
+    """
+    if isinstance(factor, Auto):
+        return factor
+    if isinstance(factor, str):
+        if factor == "auto":
+            return Auto()
+        raise ValueError(
+            f"{name} must be a real number >= 1, dataecho.Auto(...) or 'auto', got "
+            f"{factor!r}; pass e.g. {name}=2 or {name}=dataecho.Auto(max_factor=4)")
+    return check_factor(factor, name)
+
+
+def fixed_factor(factor: object, name: str = "factor", *, adaptive: str) -> float:
+    """Returns a fixed ``factor``; ``Auto``/``"auto"`` get an error naming ``adaptive``.
+
+    For entry points that echo a fixed number of copies only, so the message tells
+    the user which class echoes adaptively instead.
+
+    Example:
+        >>> try:
+        ...     fixed_factor("auto", adaptive="dataecho.AdaptiveEcho(upstream)")
+        ... except TypeError as e:
+        ...     print(str(e)[:46])
+        factor must be a fixed number here, got 'auto'
+    """
+    if isinstance(factor, Auto) or factor == "auto":
+        raise TypeError(
+            f"{name} must be a fixed number here, got {factor!r}; for adaptive echoing "
+            f"use {adaptive}, or pass a number such as {name}=2")
+    return check_factor(factor, name)
