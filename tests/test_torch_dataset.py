@@ -249,19 +249,57 @@ def _rows(loader):
 
 
 @pytest.mark.parametrize("calls_set_epoch", [True, False])
-def test_checkpoint_at_the_end_of_an_epoch_resumes_at_the_start_of_the_next(calls_set_epoch):
+def test_checkpoint_between_epochs_resumes_at_the_epoch_it_names(calls_set_epoch):
+    # Taken after the loop over epoch 0 ended: it names epoch 0, ended. Resuming the
+    # loop at state["epoch"] reads nothing more of epoch 0, then epoch 1.
     ds, loader = _make_small()
     ds.set_epoch(0)
     list(loader)
     state = json.loads(json.dumps(ds.state_dict()))
     ds.set_epoch(1)
     expected = _rows(loader)
-    assert (state["epoch"], state["pipeline"]) == (1, None)
+    assert (state["epoch"], state["pipeline"]) == (0, "ended")
     restored, loader2 = _make_small()
     restored.load_state_dict(state)
     if calls_set_epoch:
-        restored.set_epoch(1)
+        restored.set_epoch(1)  # a loop that knows epoch 0 is over
+    else:
+        assert _rows(loader2) == []  # the rest of epoch 0
     assert same(_rows(loader2), expected)
+    assert restored.stats() == ds.stats()
+
+
+def _readme_loop(ds, loader, epochs, calls_set_epoch, stop_after=None):
+    """The documented loop; returns the rows and the state taken after ``stop_after``'s last batch."""
+    rows, state = [], None
+    for epoch in epochs:
+        if calls_set_epoch:
+            ds.set_epoch(epoch)
+        for batch in loader:
+            rows.append(batch[:, [0, 2]])
+        if epoch == stop_after:
+            state = json.loads(json.dumps(ds.state_dict()))  # after the epoch's last step
+    return rows, state
+
+
+@pytest.mark.parametrize("n", [12, 11])  # 6 full batches; 5 and a partial one
+@pytest.mark.parametrize("calls_set_epoch", [True, False])
+def test_state_after_an_epochs_last_batch_resumes_exactly_whatever_the_alignment(
+        n, calls_set_epoch):
+    # Before the fix, a partial last batch (the dataset sees its end inside it) made the
+    # state name epoch 1, so set_epoch(0) dropped it and epoch 0 was read twice.
+    def make():
+        ds = EchoDataset(Tokens(n), augment=jitter, factor=2, buffer_size=5, seed=4)
+        return ds, DataLoader(ds, batch_size=4)
+
+    ds, loader = make()
+    head, state = _readme_loop(ds, loader, [0], calls_set_epoch, stop_after=0)
+    assert state["epoch"] == 0
+    tail, _ = _readme_loop(ds, loader, [1, 2], calls_set_epoch)
+    restored, loader2 = make()
+    restored.load_state_dict(state)
+    resumed, _ = _readme_loop(restored, loader2, range(state["epoch"], 3), calls_set_epoch)
+    assert same(resumed, tail)
     assert restored.stats() == ds.stats()
 
 
@@ -385,15 +423,3 @@ def test_dataset_and_augment_errors_name_those_parameters():
         EchoDataset(Tokens(3), augment="flip")
     with pytest.raises(TypeError, match=r"^dataset must be a map-style data set .*got object"):
         EchoDataset(object())
-
-
-def test_too_many_workers_is_reported_as_num_workers(monkeypatch):
-    import types
-
-    from dataecho.torch import dataset as module
-
-    info = types.SimpleNamespace(id=0, num_workers=300)
-    monkeypatch.setattr(module, "get_worker_info", lambda: info)
-    with pytest.raises(ValueError, match=r"num_workers must be <= 256 for EchoDataset .*got "
-                                         r"300; pass DataLoader\(\.\.\., num_workers=256\)"):
-        module._worker_slot()

@@ -11,13 +11,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .._checks import check_augment, check_positive_int
 from ..pipeline import pipeline
 from ..stage import Stage, State
-from ..stats import EchoStats, chain
-from .epochs import EpochCounter
+from ..stats import EchoStats
 from .sharding import check_rank, resolve_rank, shard_of
-
-# Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
-# per worker; the main process (num_workers=0) uses slot 0.
-_SLOTS = 256
+from .workers import SLOTS, Counted, EpochCounter, worker_slot
 
 
 class EchoDataset(IterableDataset[Any]):
@@ -136,10 +132,11 @@ class EchoDataset(IterableDataset[Any]):
                                    num_shards=shards))
         self._epochs = EpochCounter()
         self._started = 0  # iterations begun by this copy of the object
-        self._pipe: _Counted | None = None
-        # (epoch, position or None): what the next iteration of this copy resumes.
-        self._pending: tuple[int, Mapping[str, Any] | None] | None = None
-        self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * _SLOTS)
+        self._pipe: Counted | None = None
+        # (epoch, position): what the next iteration of this copy resumes; the position
+        # is a pipeline state, None (the epoch's start) or _ENDED (after its end).
+        self._pending: tuple[int, Mapping[str, Any] | str | None] | None = None
+        self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -170,24 +167,29 @@ class EchoDataset(IterableDataset[Any]):
         epoch = self._epochs.claim(self._started, None if pending is None else pending[0])
         self._started += 1
         pipe = self._build(epoch)
-        if pending is not None and pending[1] is not None:
-            pipe.load_state_dict(pending[1])
-        self._pipe = _Counted(pipe, self._counts, _worker_slot(), epoch,
-                              self._epochs.rewind)
+        position = None if pending is None else pending[1]
+        if isinstance(position, Mapping):
+            pipe.load_state_dict(position)
+        self._pipe = Counted(pipe, self._counts, worker_slot(), epoch, self._epochs.rewind)
+        if position == _ENDED:
+            self._pipe.ended = True  # the checkpointed epoch was read to its end
         return self._pipe
 
     def state_dict(self) -> State:
-        """The epoch to resume and, within it, the position (None: from its start).
+        """The epoch and the position in it: None for its start, ``"ended"`` after its end.
 
-        Taken after an epoch was read to its end, it names the next epoch.
+        The state after an epoch's last batch names that epoch whether or not the
+        DataLoader saw its end inside that batch (a partial last batch), so resuming
+        the epoch loop at ``state["epoch"]`` is exact with and without ``set_epoch``:
+        the first iteration reads what is left of that epoch, nothing when it ended.
         """
         pipe = self._pipe
-        position: State | None
-        if pipe is not None and not pipe.ended:
-            epoch, position = pipe.epoch, pipe.state_dict()
+        position: State | str | None
+        if pipe is not None:
+            epoch, position = pipe.epoch, _ENDED if pipe.ended else pipe.state_dict()
         elif self._pending is not None:
             epoch, loaded = self._pending
-            position = None if loaded is None else dict(loaded)
+            position = dict(loaded) if isinstance(loaded, Mapping) else loaded
         else:
             epoch, position = self._epochs.next(), None
         totals = self.stats()
@@ -203,8 +205,8 @@ class EchoDataset(IterableDataset[Any]):
             )
         epoch, self._pipe = int(state["epoch"]), None
         position = state.get("pipeline")
-        if isinstance(position, Mapping) and position.get("stage") == "_Counted":
-            position = position["upstream"]
+        if isinstance(position, Mapping) and position.get("stage") == "Counted":
+            position = _ENDED if position.get("ended") else position["upstream"]
         if get_worker_info() is not None:
             # A StatefulDataLoader restoring this worker: its next iteration is the
             # checkpointed one, whatever the other workers claim.
@@ -213,7 +215,7 @@ class EchoDataset(IterableDataset[Any]):
             self._pending = None if position is None else (epoch, position)
             self._epochs.set(epoch)
             # The main process carries the totals; workers count from the restore on.
-            self._counts[:] = [0] * (2 * _SLOTS)
+            self._counts[:] = [0] * (2 * SLOTS)
             self._counts[0], self._counts[1] = (int(v) for v in state.get("totals", (0, 0)))
 
     def stats(self) -> EchoStats:
@@ -238,83 +240,4 @@ class EchoDataset(IterableDataset[Any]):
         return f"EchoDataset({self._repr})"
 
 
-def _worker_slot() -> int:
-    info = get_worker_info()
-    if info is None:
-        return 0
-    if info.num_workers > _SLOTS:
-        raise ValueError(
-            f"num_workers must be <= {_SLOTS} for EchoDataset (one shared counter per "
-            f"worker), got {info.num_workers}; pass DataLoader(..., num_workers={_SLOTS}) "
-            "or fewer"
-        )
-    return int(info.id)
-
-
-class _Counted(Stage[Any]):
-    """Publishes the counters of a worker's pipeline to shared memory; knows its end.
-
-    Its state says whether the pipeline was read to its end. A ``StatefulDataLoader``
-    restores a worker by loading the dataset's state (which then names the next epoch)
-    and then this state into the new iterator: an ended state keeps that iterator
-    empty, and ``rewind`` lets the dataset's next iteration read that next epoch.
-    """
-
-    upstream: Stage[Any]
-
-    def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
-                 rewind: Callable[[int], None]) -> None:
-        self.upstream, self.epoch, self.ended = upstream, epoch, False
-        self._rewind = rewind
-        stages = chain(upstream)
-        self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
-        self._source = stages[0]
-        self._counts, self._slot = counts, 2 * slot
-        self._rebase()
-
-    def _read(self) -> tuple[int, int]:
-        if self._echo is not None:
-            fresh, emitted, _, _ = self._echo.echo_counts()
-            return fresh, emitted
-        # No echo stage (factor 1): every example read is emitted once, as in
-        # dataecho.stats.collect, which is too slow to call per example.
-        read = int(getattr(self._source, "items_read", 0))
-        return read, read
-
-    def _rebase(self) -> None:
-        # Totals of earlier epochs of this slot, minus what a restored pipeline had counted.
-        fresh, emitted = self._read()
-        self._base = (self._counts[self._slot] - fresh, self._counts[self._slot + 1] - emitted)
-
-    def __next__(self) -> Any:
-        if self.ended:
-            raise StopIteration
-        try:
-            item = next(self.upstream)
-        except StopIteration:
-            self.ended = True
-            raise
-        finally:
-            fresh, emitted = self._read()
-            self._counts[self._slot] = self._base[0] + fresh
-            self._counts[self._slot + 1] = self._base[1] + emitted
-        return item
-
-    def _config(self) -> dict[str, Any]:
-        return {}
-
-    def _get_state(self) -> State:
-        return {"epoch": self.epoch, "ended": self.ended,
-                "upstream": self.upstream.state_dict()}
-
-    def _set_state(self, state: Mapping[str, Any]) -> None:
-        if state.get("ended", False):
-            if not self.ended and int(state.get("epoch", self.epoch)) != self.epoch:
-                self._rewind(self.epoch)
-            self.ended = True
-            return
-        self.upstream.load_state_dict(state["upstream"])
-        self._rebase()
-
-    def __repr__(self) -> str:
-        return repr(self.upstream)
+_ENDED = "ended"  # the position after an epoch's end, in a state

@@ -5,8 +5,8 @@ import types
 import pytest
 
 pytest.importorskip("torch")
-from dataecho.torch import epochs as module
-from dataecho.torch.epochs import EpochCounter
+from dataecho.torch import workers as module
+from dataecho.torch.workers import EpochCounter
 
 pytestmark = pytest.mark.torch
 
@@ -70,3 +70,13 @@ def test_the_training_process_counts_one_epoch_per_iteration():
     counter = EpochCounter()
     assert [counter.claim(started=k) for k in range(3)] == [0, 1, 2]
     assert counter.claim(started=3, resume=7) == 7 and counter.next() == 8
+
+
+def test_too_many_workers_is_reported_as_num_workers(monkeypatch):
+    import types
+
+    info = types.SimpleNamespace(id=0, num_workers=300)
+    monkeypatch.setattr(module, "get_worker_info", lambda: info)
+    with pytest.raises(ValueError, match=r"num_workers must be <= 256 for EchoDataset .*got "
+                                         r"300; pass DataLoader\(\.\.\., num_workers=256\)"):
+        module.worker_slot()
