@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_factor, check_positive_int, check_seed
+from ._checks import check_positive_int, check_seed
 from ._rng import derive_seed
 from .echo import copies_at
+from .factor import fixed_factor
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -65,7 +66,9 @@ class EchoRows:
     def __init__(self, factor: float, *, key: str | None = None, seed: int = 0,
                  epoch: int = 0, copy_column: str = COPY_COLUMN) -> None:
         # Epoch 0 uses the seed itself, so integer keys draw exactly as Echo(seed=seed).
-        self.factor = check_factor(factor)
+        self.factor = fixed_factor(
+            factor, adaptive="EchoBatches(ds.iter_torch_batches(...), factor=Auto()) in "
+            "the trainer (rows are echoed where they are read, before timing is known)")
         if key is not None and not isinstance(key, str):
             raise TypeError(f"key must be a column name (str) or None, got "
                             f"{type(key).__name__}; pass e.g. key='id'")

@@ -57,6 +57,9 @@ def test_string_keys_are_hashed_stably_and_epochs_differ():
 def test_errors_name_parameter_rule_and_fix():
     with pytest.raises(ValueError, match=r"fractional factor \(1.5\) needs key="):
         EchoRows(1.5)
+    with pytest.raises(TypeError, match=r"factor must be a fixed number here, got 'auto'; "
+                                        r"for adaptive echoing use EchoBatches"):
+        EchoRows("auto")
     with pytest.raises(ValueError, match="factor"):
         EchoRows(0.5)
     with pytest.raises(TypeError, match="key must be a column name"):
