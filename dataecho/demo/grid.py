@@ -129,7 +129,16 @@ def finished(store: Store) -> set[str]:
 
 
 def calibration(store: Store, key: str) -> dict[str, Any] | None:
-    """The latest calibration record with ``key`` in ``store``, if any."""
+    """The latest calibration record with ``key`` in ``store``, if any.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> store = Store(pathlib.Path(tempfile.mkdtemp()) / "grid.jsonl")
+        >>> for t_down in (0.04, 0.05):
+        ...     _ = store.append({"kind": "calibration", "key": "c", "t_down_s": t_down})
+        >>> calibration(store, "c")["t_down_s"], calibration(store, "d")
+        (0.05, None)
+    """
     found = [r for r in store if r.get("kind") == "calibration" and r["key"] == key]
     return found[-1] if found else None
 

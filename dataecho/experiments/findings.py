@@ -49,7 +49,13 @@ def default(results: Results, variant: str, factor: int, batch: int) -> Conditio
 def with_baseline(work: Work) -> Iterator[tuple[str, Results, int, ConditionResult]]:
     """Each workload with a baseline at its default batch: name, results, batch, baseline.
 
-    Workloads without one are skipped, in the order of ``work``.
+    Workloads without one are skipped; the others come in the order of ``work``.
+
+    Example:
+        >>> base = Condition.default("w", "baseline", 1, 8)
+        >>> work = {"w": ({base: ConditionResult(base)}, 8), "v": ({}, 8)}
+        >>> [(wname, b) for wname, _, b, _ in with_baseline(work)]
+        [('w', 8)]
     """
     for wname, (res, b) in work.items():
         base = default(res, "baseline", 1, b)
