@@ -36,9 +36,19 @@ from typing import Any
 
 from dataecho.demo.config import PRESETS, DemoConfig
 from dataecho.demo.data import prepare
-from dataecho.demo.grid import BASELINE, Spec, Store, factor_of, plan, run_grid
+from dataecho.demo.grid import (
+    BASELINE,
+    Spec,
+    calibration,
+    factor_of,
+    finished,
+    plan,
+    run_grid,
+    run_records,
+)
 from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
 from dataecho.demo.report import measured_ratio, versions, write_json
+from dataecho.experiments.store import Store
 from dataecho.pipeline import VARIANTS
 from dataecho.remote import ShardServer
 
@@ -71,7 +81,7 @@ class Bench:
         print(note)
         server = self.stack.enter_context(ShardServer(data.shard_dir, latency=cfg.latency))
         key = json.dumps([cfg.preset, device.type])
-        saved = self.store.calibration(key)
+        saved = calibration(self.store, key)
         if saved is not None:
             t_down = float(saved["t_down_s"])
             print(f"t_down = {1000 * t_down:.1f} ms, as measured when this grid began")
@@ -110,8 +120,8 @@ class Bench:
 
 def report(store: Store, stem: dict[str, Path], title: str, argv: Sequence[str]) -> None:
     """Rewrites the .md, .png and .json of ``stem`` from the store."""
-    runs = store.runs()
-    calibrations = [r for r in store.records() if r.get("kind") == "calibration"]
+    runs = run_records(store)
+    calibrations = [r for r in store if r.get("kind") == "calibration"]
     if not runs:
         return
     groups = summary(runs)
@@ -202,7 +212,7 @@ def check_store_device(store: Store, device: str, asked: str, tag: str) -> None:
     The store key has no device (keeping the keys of stored grids), so one store holds
     the runs of one device: a run stored on the CPU must not count as a GPU run.
     """
-    stored = {str(r["device"]).split(":")[0] for r in store.runs() if r.get("device")}
+    stored = {str(r["device"]).split(":")[0] for r in run_records(store) if r.get("device")}
     other = sorted(stored - {device})
     if other:
         fresh = f"{tag}-{device}" if tag else device
@@ -257,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with Bench(cfg, store) as bench:
                 run_grid(specs, store, bench, after=lambda: report(store, stem, title, argv))
         except KeyboardInterrupt:
-            print(f"\ninterrupted: {len(store.done())} runs are stored in {store.path}; run "
+            print(f"\ninterrupted: {len(finished(store))} runs are stored in {store.path}; run "
                   "the same command again to continue", file=sys.stderr)
             return 130
     report(store, stem, title, argv)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dataecho.demo.grid import BASELINE, Spec, Store, plan, run_grid
+from dataecho.demo.grid import BASELINE, Spec, finished, plan, run_grid, run_records
 from dataecho.demo.gridreport import markdown, summary, with_speedups
+from dataecho.experiments.store import Store
 
 VARIANTS = ["before_augmentation", "after_augmentation", "batch"]
 
@@ -51,7 +52,7 @@ def test_a_rerun_skips_finished_runs_and_continues_where_it_stopped(tmp_path):
     first = Recorder(stop=5)
     with pytest.raises(KeyboardInterrupt):
         run_grid(specs, store, first, log=lambda line: None)
-    assert store.done() == set(first.ran) and len(first.ran) == 5
+    assert finished(store) == set(first.ran) and len(first.ran) == 5
     lines = []
     second = Recorder()
     assert run_grid(specs, store, second, log=lines.append) == len(specs) - 5
@@ -69,9 +70,9 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_append_starts_a_new
     store.append({"kind": "run", "key": spec.key(), **numbers(spec)})
     with store.path.open("a") as handle:
         handle.write('{"kind": "run", "key": "cut')
-    assert store.done() == {spec.key()}
+    assert finished(store) == {spec.key()}
     store.append({"kind": "run", "key": "next"})
-    assert store.done() == {spec.key(), "next"}
+    assert finished(store) == {spec.key(), "next"}
 
 
 def test_speedups_come_from_the_same_ratio_and_seed_baseline_with_spread_over_seeds():
@@ -92,6 +93,18 @@ def test_a_run_that_missed_or_whose_baseline_missed_gets_no_speedup():
     runs[1] |= {"reached": False, "time_to_target": None, "fresh_to_target": None}
     (batch,) = [g for g in summary(runs) if g["variant"] == "batch"]
     assert (batch["reached"], batch["speedup_mean"], batch["speedup_n"]) == (0, None, 0)
+
+
+
+def test_the_report_has_a_section_with_its_own_runs_per_preset():
+    specs = [s for preset in ("quick", "smoke")
+             for s in plan([4], ["2"], ["batch"], [0], preset=preset, budget=None)]
+    runs = [{**numbers(s), **dataclasses.asdict(s), "key": s.key()} for s in specs]
+    text = markdown(runs, [], "test")
+    quick, smoke = text.split("## quick preset")[1].split("## smoke preset")
+    for section in (quick, smoke):
+        every = section.split("Every run:")[1]
+        assert every.count("| 4 | 0 | ") == 2  # the baseline and the batch run, once each
 
 
 ROOT = Path(__file__).parent.parent
@@ -116,7 +129,7 @@ def test_the_committed_full_grid_reports_the_best_accuracy_of_its_missed_run():
     store = Store(ROOT / "benchmarks" / "results" / "wallclock-full.jsonl")
     if not store.path.exists():
         pytest.skip("no committed full grid")
-    runs = store.runs()
+    runs = run_records(store)
     (missed,) = [r for r in with_speedups(runs) if not r["reached"]]
     assert (missed["ratio"], missed["variant"], missed["factor"], missed["seed"]) == (
         2.0, "after_augmentation", 4.0, 2)
@@ -155,38 +168,21 @@ def test_the_grid_report_and_its_replot_need_no_torch(tmp_path):
     assert "| 6 | 5.40 | batch | 2 | 2.00 | 1/1 | 2.00x (2.00-2.00, n=1) |" in table
 
 
-EXPORTS = """
-import types
-import dataecho.experiments.sweep  # imports the submodule `trial` first
+NO_TORCH_MODULES = """
+import sys
+sys.modules["torch"] = None  # any import of torch now raises ImportError
 import dataecho.experiments as experiments
-from dataecho.experiments.cli import report_main, reproduce_main
-from dataecho.experiments.conditions import Condition
-from dataecho.experiments.crossing import Crossing, find_crossing
-from dataecho.experiments.protocol import BUDGETS, Plan, plan
-from dataecho.experiments.report import write_report
-from dataecho.experiments.search import HParams, search_points
-from dataecho.experiments.store import Store
-from dataecho.experiments.sweep import run
-from dataecho.experiments.trial import Trial, train
-from dataecho.experiments.workloads import WORKLOADS, Workload
-expected = dict(globals())
-assert len(experiments.__all__) == 17, experiments.__all__
-for name in experiments.__all__:
-    exec(f"from dataecho.experiments import {name} as value")
-    assert value is expected[name] is getattr(experiments, name), name
-assert isinstance(experiments.train, types.FunctionType), experiments.train
-assert experiments.store.Store is Store  # submodules as attributes, as before
+from dataecho.experiments import analysis, crossing, findings, report, store, text, verdict
+assert not hasattr(experiments, "__getattr__")  # no lazy loader: the package imports nothing
 """
 
 
-@pytest.mark.torch
-def test_the_experiments_package_still_exports_every_name_it_imports_lazily():
+def test_the_experiment_store_analysis_and_report_modules_import_without_torch():
     import subprocess
     import sys
 
-    pytest.importorskip("torch")
-    done = subprocess.run([sys.executable, "-c", EXPORTS], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_MODULES], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
@@ -255,7 +251,7 @@ def test_a_one_file_result_from_before_the_store_is_converted(tmp_path):
                        {**row, "factor": 4.0, "name": "e=4.0", "time_to_target": 20.0}]}
     (tmp_path / "wallclock-old.json").write_text(json.dumps(legacy))
     assert wallclock.main(["--replot", "--tag", "old", "--out", str(tmp_path)]) == 0
-    runs = Store(tmp_path / "wallclock-old.jsonl").runs()
+    runs = run_records(Store(tmp_path / "wallclock-old.jsonl"))
     assert [(r["variant"], r["factor"], r["ratio_seen"]) for r in runs] == [
         (BASELINE, 1.0, 5.0), ("before_augmentation", 4.0, 5.0)]
     assert with_speedups(runs)[1]["speedup"] == 3.0
@@ -335,7 +331,7 @@ def test_the_committed_full_store_is_found_whole_on_the_cpu_and_refused_on_a_gpu
         pytest.skip("no committed full grid")
     specs = plan([6.0, 4.0, 2.0], ["2", "4", "R", "auto"], VARIANTS, [0, 1, 2],
                  preset="default", budget=None)
-    assert {s.key() for s in specs} <= store.done()
+    assert {s.key() for s in specs} <= finished(store)
     wallclock.check_store_device(store, "cpu", "auto", "full")
     with pytest.raises(ValueError, match=r"--device cuda trains on cuda.*--tag full-cuda"):
         wallclock.check_store_device(store, "cuda", "cuda", "full")

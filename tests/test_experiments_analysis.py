@@ -4,7 +4,7 @@ import math
 
 from dataecho.experiments.analysis import Spread, best_trial, collect, prune_at
 from dataecho.experiments.conditions import Condition
-from dataecho.experiments.findings import compare, verdict
+from dataecho.experiments.verdict import compare, verdict
 
 
 def _trial(index, crossing, seed=0, variant="baseline", factor=1, mode="target"):

@@ -18,6 +18,7 @@ from dataecho.experiments.protocol import Plan
 from dataecho.experiments.record import comparable, trial_key
 from dataecho.experiments.search import HParams
 from dataecho.experiments.store import Store
+from dataecho.experiments.text import hms
 from dataecho.experiments.trial import Trial, train
 from dataecho.experiments.workloads import WORKLOADS
 
@@ -122,7 +123,7 @@ def test_the_eta_counts_only_the_missing_trials_at_the_stores_measured_times(tmp
     lines: list[str] = []
     sweep.run([PLAN], path, echo=lines.append)
     left = 10.0 + 16.0 + 2 * modelled
-    assert (f"running 4 with 1 process(es); about {sweep._hms(left)} of work left at the "
+    assert (f"running 4 with 1 process(es); about {hms(left)} of work left at the "
             f"store's measured trial times (2 of 4 searches measured") in lines[0]
     assert lines[0].endswith("the others modelled)")
     assert f"{10.0 / left:.0%} done" in lines[1]  # the measured cost of what ran

@@ -4,22 +4,23 @@
 and the grid hours, so each finished run is appended at once to a JSON-lines store,
 keyed by :meth:`Spec.key`; the same command run again skips what the store holds and
 continues. Speedups are computed from the store, never at run time, so a baseline
-measured in an earlier invocation serves the runs of a later one.
+measured in an earlier invocation serves the runs of a later one. The store is the
+reproduction's (:class:`dataecho.experiments.store.Store`); its records here are runs
+(``kind`` ``"run"``) and step-time calibrations (``"calibration"``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from .._json import finite
+from ..experiments.store import Store
+from ..experiments.text import hms
 from ..pipeline import VARIANTS
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
@@ -108,61 +109,38 @@ def plan(ratios: Iterable[float], factors: Iterable[str], variants: Iterable[str
     return specs
 
 
-class Store:
-    """A JSON-lines file: one record per finished run, plus calibration records.
-
-    Records are dicts with ``kind`` (``"run"`` or ``"calibration"``) and ``key``. Each
-    is appended as one line and flushed to disk; a line cut short by a crash is
-    skipped when reading, so that run simply runs again.
+def run_records(store: Store) -> list[dict[str, Any]]:
+    """The run records of ``store``, one per key (a later duplicate replaces an earlier one).
 
     Example:
-        >>> import tempfile
-        >>> store = Store(Path(tempfile.mkdtemp()) / "grid.jsonl")
-        >>> store.append({"kind": "run", "key": "k", "time_to_target": 3.0})
-        >>> store.done(), len(store.runs())
-        ({'k'}, 1)
+        >>> import pathlib, tempfile
+        >>> store = Store(pathlib.Path(tempfile.mkdtemp()) / "grid.jsonl")
+        >>> _ = store.append({"kind": "run", "key": "k", "time_to_target": 3.0})
+        >>> _ = store.append({"kind": "calibration", "key": "c", "t_down_s": 0.04})
+        >>> [r["key"] for r in run_records(store)], finished(store)
+        (['k'], {'k'})
     """
+    return list({r["key"]: r for r in store if r.get("kind") == "run"}.values())
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every readable record, in the order written."""
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # cut short by a crash
-            if isinstance(record, dict) and "key" in record:
-                out.append(record)
-        return out
+def finished(store: Store) -> set[str]:
+    """Keys of the finished runs in ``store``."""
+    return {r["key"] for r in run_records(store)}
 
-    def runs(self) -> list[dict[str, Any]]:
-        """The run records, one per key (a later duplicate replaces an earlier one)."""
-        return list({r["key"]: r for r in self.records() if r.get("kind") == "run"}.values())
 
-    def done(self) -> set[str]:
-        """Keys of the finished runs."""
-        return {r["key"] for r in self.runs()}
+def calibration(store: Store, key: str) -> dict[str, Any] | None:
+    """The latest calibration record with ``key`` in ``store``, if any.
 
-    def calibration(self, key: str) -> dict[str, Any] | None:
-        """The latest calibration record with ``key``, if any."""
-        found = [r for r in self.records() if r.get("kind") == "calibration" and r["key"] == key]
-        return found[-1] if found else None
-
-    def append(self, record: dict[str, Any]) -> None:
-        """Writes ``record`` as one line (NaN and infinity as null) and syncs it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(finite(record)) + "\n"
-        with self.path.open("a+b") as handle:
-            if handle.tell() and _last_byte(handle) != b"\n":
-                line = "\n" + line  # after a cut line, start a new one
-            handle.write(line.encode())
-            handle.flush()
-            os.fsync(handle.fileno())
+    Example:
+        >>> import pathlib, tempfile
+        >>> store = Store(pathlib.Path(tempfile.mkdtemp()) / "grid.jsonl")
+        >>> for t_down in (0.04, 0.05):
+        ...     _ = store.append({"kind": "calibration", "key": "c", "t_down_s": t_down})
+        >>> calibration(store, "c")["t_down_s"], calibration(store, "d")
+        (0.05, None)
+    """
+    found = [r for r in store if r.get("kind") == "calibration" and r["key"] == key]
+    return found[-1] if found else None
 
 
 def run_grid(specs: list[Spec], store: Store, run: Callable[[Spec], dict[str, Any]], *,
@@ -176,14 +154,14 @@ def run_grid(specs: list[Spec], store: Store, run: Callable[[Spec], dict[str, An
     the store. The ETA assumes the remaining runs take the mean time of the runs
     already stored for the same preset.
     """
-    done = store.done()
-    todo = [s for s in specs if s.key() not in done]
+    stored = finished(store)
+    todo = [s for s in specs if s.key() not in stored]
     total, skipped = len(specs), len(specs) - len(todo)
     log(f"{skipped} of {total} runs already in {store.path}; {len(todo)} to run")
     for k, spec in enumerate(todo):
-        walls = [r["run_wall_s"] for r in store.runs()
+        walls = [r["run_wall_s"] for r in run_records(store)
                  if r.get("preset") == spec.preset and r.get("run_wall_s")]
-        eta = (f"ETA {_hours(statistics.mean(walls) * (len(todo) - k))}" if walls
+        eta = (f"ETA {hms(statistics.mean(walls) * (len(todo) - k))}" if walls
                else "ETA after the first run")
         log(f"\n[{skipped + k + 1}/{total}] R={spec.ratio:g} seed={spec.seed} {spec.name} "
             f"({spec.preset} preset; {len(todo) - k} to go, {eta})")
@@ -194,13 +172,3 @@ def run_grid(specs: list[Spec], store: Store, run: Callable[[Spec], dict[str, An
         after()
     return len(todo)
 
-
-def _hours(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-
-
-def _last_byte(handle: Any) -> bytes:
-    handle.seek(-1, os.SEEK_END)
-    last: bytes = handle.read(1)
-    return last

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..experiments.crossing import find_crossing
+from ..experiments.text import md_table
 from ..pipeline import VARIANTS
 from .grid import BASELINE
 
@@ -185,49 +186,47 @@ def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], tit
                   f"{len(mine)} runs; "
                   + (f"{sum(walls) / 60:.1f} min of run time recorded." if walls
                      else "run times not recorded (converted from the one-file format)."),
-                  "",
-                  "| R set | R measured | variant | factor | realised e | reached | "
-                  "speedup mean (min-max, n) | interpolated | bound min(R,e) | "
-                  "fresh ratio mean (min-max, n) |",
-                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+                  ""]
+        table: list[list[str]] = []
         for g in (g for g in groups if (g["preset"], g["budget"]) == section):
             e, r_seen = g["realised_factor_mean"], g["ratio_measured_mean"]
             bound = min(r_seen, e) if r_seen is not None and e is not None else None
-            lines.append(f"| {g['ratio']:g} | {num(r_seen, '.2f')} | {g['variant']} | "
-                         f"{_factor(g['factor'])} | {num(e, '.2f')} | "
-                         f"{g['reached']}/{g['trials']} | "
-                         f"{spread(g, 'speedup', 'x')} | "
-                         f"{spread(g, 'speedup_interpolated', 'x')} | {num(bound, '.2f')}x | "
-                         f"{spread(g, 'fresh_ratio')} |")
+            table.append([f"{g['ratio']:g}", num(r_seen, ".2f"), g["variant"],
+                         _factor(g["factor"]), num(e, ".2f"), f"{g['reached']}/{g['trials']}",
+                         spread(g, "speedup", "x"), spread(g, "speedup_interpolated", "x"),
+                         f"{num(bound, '.2f')}x", spread(g, "fresh_ratio")])
+        lines += md_table(["R set", "R measured", "variant", "factor", "realised e", "reached",
+                           "speedup mean (min-max, n)", "interpolated", "bound min(R,e)",
+                           "fresh ratio mean (min-max, n)"], table, "lrllrrrrrr")
         lines += ["", "Targets (means over seeds): best fixed factor, adaptive against it "
                   "(target: at least 90%), fixed factors whose speedup beats the bound "
                   "min(R, e), echoed conditions needing more fresh examples than the "
-                  "baseline:", "",
-                  "| R set | variant | best fixed e | its speedup (n) | adaptive (n) | "
-                  "adaptive / best | over the bound | fresh ratio > 1 |",
-                  "|---|---|---|---:|---:|---:|---:|---:|"]
+                  "baseline:", ""]
+        table = []
         for t in (t for t in targets(groups) if (t["preset"], t["budget"]) == section):
             best = (f"{t['best_speedup']:.2f}x ({t['best_n']})"
                     if t["best_speedup"] is not None else "-")
             auto = (f"{t['auto_speedup']:.2f}x ({t['auto_n']})"
                     if t["auto_speedup"] is not None else "-")
-            lines.append(f"| {t['ratio']:g} | {t['variant']} | "
-                         f"{_factor(t['best_factor']) if t['best_factor'] else '-'} | "
-                         f"{best} | {auto} | {num(t['auto_share'], '.0%')} | "
-                         f"{t['over_bound']} | {t['fresh_above']} |")
-        lines += ["", "Every run:", "",
-                  "| R set | seed | variant | factor | reached | time to target (s) | steps | "
-                  "fresh to target | realised e | stall | speedup | fresh ratio |",
-                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            table.append([f"{t['ratio']:g}", t["variant"],
+                         _factor(t["best_factor"]) if t["best_factor"] else "-", best, auto,
+                         num(t["auto_share"], ".0%"), str(t["over_bound"]),
+                         str(t["fresh_above"])])
+        lines += md_table(["R set", "variant", "best fixed e", "its speedup (n)", "adaptive (n)",
+                           "adaptive / best", "over the bound", "fresh ratio > 1"], table,
+                          "lllrrrrr")
+        lines += ["", "Every run:", ""]
+        table = []
         for r in mine:
             reach = "yes" if r["reached"] else f"no (best {r['best_accuracy']:.2%})"
-            lines.append(f"| {r['ratio']:g} | {r['seed']} | {r['variant']} | "
-                         f"{_factor(r['factor'])} | {reach} | "
-                         f"{num(r['time_to_target'], '.1f')} | {r['steps']:,} | "
-                         f"{num(r['fresh_to_target'], ',')} | "
-                         f"{num(r['realised_factor'], '.2f')} | "
-                         f"{num(r['stall_fraction'], '.0%')} | {num(r['speedup'], '.2f')} | "
-                         f"{num(r['fresh_ratio'], '.2f')} |")
+            table.append([f"{r['ratio']:g}", str(r["seed"]), r["variant"], _factor(r["factor"]),
+                         reach, num(r["time_to_target"], ".1f"), f"{r['steps']:,}",
+                         num(r["fresh_to_target"], ","), num(r["realised_factor"], ".2f"),
+                         num(r["stall_fraction"], ".0%"), num(r["speedup"], ".2f"),
+                         num(r["fresh_ratio"], ".2f")])
+        lines += md_table(["R set", "seed", "variant", "factor", "reached",
+                           "time to target (s)", "steps", "fresh to target", "realised e",
+                           "stall", "speedup", "fresh ratio"], table, "lrllrrrrrrrr")
         lines.append("")
     lines += ["Speedup: the same (R, seed) baseline's time to target over the run's, only "
               "where both reached it; mean and min-max over the n such seeds. Time to target "

@@ -1,4 +1,5 @@
-"""From trial records to per-condition numbers: best trial per search, then seed spread.
+"""From trial records to per-condition numbers: best trial per search, then seed spread,
+and the same-seed ratios between an echoing condition and its baseline.
 
 For each (condition, seed) search the best trial is the one with the fewest fresh
 examples to the target (interpolated crossing; ties go to the earlier trial). A search
@@ -144,6 +145,66 @@ def collect(records: Iterable[Record]) -> dict[str, dict[Condition, ConditionRes
         else:
             out[cond.workload][cond].best[seed] = best_trial(trials)
     return dict(out)
+
+
+
+def paired_ratios(r: ConditionResult | None, base: ConditionResult | None,
+                  key: str = "interpolated") -> Spread:
+    """``echo / baseline`` of the same seed for a crossing field (default: fresh examples),
+    over the seeds both have.
+
+    A missed echo search gives ``inf``; a seed whose baseline missed is left out (no ratio).
+
+    Example:
+        >>> a, b = (ConditionResult(Condition.default("w", "baseline", 1, 8)) for _ in "ab")
+        >>> a.best = {0: {"crossing": {"interpolated": 50.0}}, 1: None}
+        >>> b.best = {0: {"crossing": {"interpolated": 100.0}}, 1: {"crossing":
+        ...           {"interpolated": 80.0}}}
+        >>> s = paired_ratios(a, b)
+        >>> s.min, s.max, s.n
+        (0.5, inf, 2)
+    """
+    return Spread.of(_same_seed(r, base, key))
+
+
+def speedup_bound(r: ConditionResult, base: ConditionResult) -> Spread:
+    """``F(1) / F(e)`` of the same seed, the inverse of :func:`paired_ratios`: the
+    training-time speedup an input-bound run (R >= e) could get; 0 where the echo
+    search missed.
+
+    Example:
+        >>> echo = ConditionResult(Condition.default("w", "batch", 2, 8))
+        >>> base = ConditionResult(Condition.default("w", "baseline", 1, 8))
+        >>> echo.best, base.best = {0: None}, {0: {"crossing": {"interpolated": 9.0}}}
+        >>> speedup_bound(echo, base).max
+        0.0
+    """
+    return Spread.of([1 / x for x in _same_seed(r, base, "interpolated")])
+
+
+def efficiency(r: ConditionResult, base: ConditionResult, factor: int) -> Spread:
+    """Share of the ideal reached, ``F(1) / (e * F(e))``, same seed (0 where e missed).
+
+    Example:
+        >>> echo = ConditionResult(Condition.default("w", "batch", 2, 8))
+        >>> base = ConditionResult(Condition.default("w", "baseline", 1, 8))
+        >>> echo.best = {0: {"crossing": {"interpolated": 60.0}}}
+        >>> base.best = {0: {"crossing": {"interpolated": 90.0}}}
+        >>> efficiency(echo, base, 2).median
+        0.75
+    """
+    mine, theirs = r.per_seed(), base.per_seed()
+    return Spread.of([theirs[s] / (factor * mine[s]) for s in mine
+                      if s in theirs and math.isfinite(theirs[s])])
+
+
+def _same_seed(r: ConditionResult | None, base: ConditionResult | None,
+               key: str) -> list[float]:
+    if r is None or base is None:
+        return []
+    mine, theirs = r.per_seed(key), base.per_seed(key)
+    return [mine[seed] / theirs[seed] for seed in mine
+            if seed in theirs and math.isfinite(theirs[seed])]
 
 
 def _median(ordered: Sequence[float]) -> float:

@@ -1,33 +1,25 @@
-"""One row per paper finding: the claim, what we measured, and a verdict by fixed rules.
+"""One row per paper finding: the claim, what we measured, and a verdict.
 
-Verdict rules, applied to medians and min/max ranges over seeds:
-
-* **held**: every part of the claim goes the claimed way and the ranges do not overlap;
-* **partly**: the medians go the claimed way but some ranges overlap, or some parts
-  (workloads, variants) hold and others do not;
-* **not held**: the medians go against the claim and the ranges do not overlap;
-* **inconclusive**: medians against the claim with overlapping ranges, or no data.
-
-Ranges only count as disjoint when both sides have at least ``MIN_SEEDS`` seeds: with
-fewer, a verdict says at most "partly". A part that was not measured (a workload
-without a baseline, an echoing kind without a buffer sweep) counts as no data, so the
-verdict is at most "partly". Finding 6 claims the absence of harm, so its parts are
-"held" when the echoing median is not worse with ``MIN_SEEDS`` seeds each, and "not
-held" only when echoing is worse with disjoint ranges.
+Each ``f*`` function turns the per-condition results of every workload into one
+:class:`Finding`; the verdict comes from :mod:`dataecho.experiments.verdict`, the
+same-seed ratios from :mod:`dataecho.experiments.analysis` and the wording of numbers
+from :mod:`dataecho.experiments.text`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .analysis import ConditionResult, Spread
+from .analysis import ConditionResult, efficiency, paired_ratios, speedup_bound
 from .conditions import Condition
+from .text import fmt, metric_text, ratio_text, spread_text, times
+from .verdict import MIN_SEEDS, compare, verdict
 from .wallclock import Cell
 
 Results = dict[Condition, ConditionResult]
-MIN_SEEDS = 3
+Work = dict[str, tuple[Results, int]]  # workload -> (its results, its default batch size)
 
 
 @dataclass(frozen=True)
@@ -38,64 +30,6 @@ class Finding:
     claim: str
     measured: str
     verdict: str
-
-
-def fmt(x: float) -> str:
-    """Compact count: 12,345 -> '12.3k'; inf -> '>budget'.
-
-    Example:
-        >>> fmt(12345.0), fmt(math.inf)
-        ('12.3k', '>budget')
-    """
-    if math.isinf(x):
-        return ">budget"
-    if math.isnan(x):
-        return "n/a"
-    return f"{x / 1000:.1f}k" if abs(x) >= 1000 else f"{x:.3g}"
-
-
-def spread_text(s: Spread, f: Callable[[float], str] = fmt) -> str:
-    """``median [min, max] (n=3)``, with how many searches reached the target."""
-    if s.n == 0:
-        return "no data"
-    missed = f", {s.n - s.finite} missed" if s.finite < s.n else ""
-    return f"{f(s.median)} [{f(s.min)}, {f(s.max)}] (n={s.n}{missed})"
-
-
-def compare(a: Spread, b: Spread) -> tuple[int, bool]:
-    """Sign of ``median(a) - median(b)`` and whether the ranges are disjoint.
-
-    Ranges with fewer than ``MIN_SEEDS`` values never count as disjoint.
-
-    Example:
-        >>> compare(Spread.of([1.0, 2.0, 2.5]), Spread.of([3.0, 4.0, 5.0]))
-        (-1, True)
-        >>> compare(Spread.of([1.0]), Spread.of([3.0]))
-        (-1, False)
-    """
-    if a.n == 0 or b.n == 0 or (math.isinf(a.median) and math.isinf(b.median)):
-        return 0, False
-    sign = (a.median > b.median) - (a.median < b.median)
-    enough = min(a.n, b.n) >= MIN_SEEDS
-    return sign, enough and (a.max < b.min or a.min > b.max)
-
-
-def verdict(parts: list[tuple[int, bool]]) -> str:
-    """Combines per-part comparisons, each with sign +1 when the claim's way.
-
-    Example:
-        >>> verdict([(1, True), (1, True)]), verdict([(1, True), (-1, True)])
-        ('held', 'partly')
-    """
-    if not parts or all(s == 0 for s, _ in parts):
-        return "inconclusive"
-    if all(s > 0 and clear for s, clear in parts):
-        return "held"
-    if all(s < 0 and clear for s, clear in parts):
-        return "not held"
-    if any(s > 0 for s, _ in parts):
-        return "partly"
-    return "inconclusive"
 
 
 def is_default(cond: Condition) -> bool:
@@ -112,22 +46,29 @@ def default(results: Results, variant: str, factor: int, batch: int) -> Conditio
     return None
 
 
+def with_baseline(work: Work) -> Iterator[tuple[str, Results, int, ConditionResult]]:
+    """Each workload with a baseline at its default batch: name, results, batch, baseline.
+
+    Workloads without one are skipped; the others come in the order of ``work``.
+
+    Example:
+        >>> base = Condition.default("w", "baseline", 1, 8)
+        >>> work = {"w": ({base: ConditionResult(base)}, 8), "v": ({}, 8)}
+        >>> [(wname, b) for wname, _, b, _ in with_baseline(work)]
+        [('w', 8)]
+    """
+    for wname, (res, b) in work.items():
+        base = default(res, "baseline", 1, b)
+        if base is not None:
+            yield wname, res, b, base
+
+
 def name(variant: str) -> str:
     """Short variant name for tables."""
     return {"before_augmentation": "before", "after_augmentation": "after"}.get(variant, variant)
 
 
-def times(x: float) -> str:
-    """A ratio as ``0.78x``; ``n/a`` when undefined (a missed or missing median).
-
-    Example:
-        >>> times(0.781), times(math.nan), times(math.inf)
-        ('0.78x', 'n/a', 'n/a')
-    """
-    return f"{x:.2f}x" if math.isfinite(x) and x > 0 else "n/a"
-
-
-def f1_fewer_fresh(work: dict[str, tuple[Results, int]]) -> Finding:
+def f1_fewer_fresh(work: Work) -> Finding:
     """Finding 1: at e = 2 some variant needs fewer fresh examples than the baseline."""
     lines, parts = [], []
     for wname, (res, b) in work.items():
@@ -154,21 +95,29 @@ def f1_fewer_fresh(work: dict[str, tuple[Results, int]]) -> Finding:
                    verdict(parts))
 
 
-def f2_time(work: dict[str, tuple[Results, int]], ratios: dict[str, float],
+def f2_time(work: Work, ratios: dict[str, float],
             wallclock: list[Cell] | None = None, source: str = "") -> Finding:
     """Finding 2: training time, judged on the input-bound wall-clock benchmark.
 
     The searches run from memory (R well below 1), so they only show what echoing costs
-    in steps and CPU time; ``wallclock`` (from :func:`dataecho.experiments.wallclock.load`)
-    holds speedups measured with the input pipeline throttled to R. Per R, the best
-    fixed-factor cell counts (adaptive echoing is not the paper's and is only shown): the
-    claim holds there when its speedup exceeds 1 on every seed.
+    in steps and CPU time (:func:`search_lines`); ``wallclock`` (from
+    :func:`dataecho.experiments.wallclock.load`) holds speedups measured with the input
+    pipeline throttled to R, and decides the verdict (:func:`wallclock_lines`).
+    """
+    wall, parts = wallclock_lines(wallclock or [], source)
+    return Finding("2", "Echoing reduces training time when the input pipeline is the "
+                   "bottleneck (up to 3.25x for ResNet-50 with R about 6).",
+                   "<br>".join(search_lines(work, ratios) + wall), verdict(parts))
+
+
+def search_lines(work: Work, ratios: dict[str, float]) -> list[str]:
+    """Per workload, what e = 2 costs the in-memory searches: the bound F(1)/F(2), and the
+    steps and CPU time to the target, each as a same-seed ratio to the baseline.
+
+    ``ratios`` holds each workload's R (input-pipeline time over model time per step).
     """
     lines = []
-    for wname, (res, b) in work.items():
-        base = default(res, "baseline", 1, b)
-        if base is None:
-            continue
+    for wname, res, b, base in with_baseline(work):
         speeds = []
         for cond in sorted(c for c in res if c.factor == 2 and c.batch_size == b
                            and is_default(c)):
@@ -176,38 +125,43 @@ def f2_time(work: dict[str, tuple[Results, int]], ratios: dict[str, float],
             if r.best:
                 bound = speedup_bound(r, base)
                 steps, cpu = (paired_ratios(r, base, key) for key in ("steps", "cpu_seconds"))
-                speeds.append(f"{name(cond.variant)}: F(1)/F(2) = {spread_text(bound, _ratio)}"
-                              f"; steps to target {spread_text(steps, _ratio)} and CPU time "
-                              f"{spread_text(cpu, _ratio)} times the baseline's")
+                speeds.append(f"{name(cond.variant)}: F(1)/F(2) = {spread_text(bound, ratio_text)}"
+                              f"; steps to target {spread_text(steps, ratio_text)} and CPU time "
+                              f"{spread_text(cpu, ratio_text)} times the baseline's")
         r_value = ratios.get(wname, math.nan)
         lines.append(f"**{wname}** searches, in memory (R = input-pipeline time / model "
                      f"time per step = {r_value:.2g}, so echoing only adds steps): " +
                      "; ".join(speeds) + " (same-seed ratios)")
-    parts = []
-    for ratio in sorted({c.ratio for c in wallclock or ()}, reverse=True):
-        cells = [c for c in wallclock or () if c.ratio == ratio]
-        fixed = _best_fixed(cells)
-        adaptive = [c for c in cells if c.factor == "auto"]
-        # The paper's claim is about fixed factors: adaptive echoing (ours) is shown but
-        # does not decide the verdict.
+    return lines
+
+
+def wallclock_lines(cells: list[Cell], source: str) -> tuple[list[str], list[tuple[int, bool]]]:
+    """Per R, the wall-clock speedups and one verdict part; then a note on the source.
+
+    Per R, the best fixed-factor cell counts (adaptive echoing is not the paper's and is
+    only shown): the claim holds there when its speedup exceeds 1 on every seed.
+    """
+    lines, parts = [], []
+    for ratio in sorted({c.ratio for c in cells}, reverse=True):
+        mine = [c for c in cells if c.ratio == ratio]
+        fixed = _best_fixed(mine)
+        adaptive = [c for c in mine if c.factor == "auto"]
         if fixed:
             top = max(fixed, key=lambda c: c.speedup.median)
             parts.append((1 if top.speedup.median > 1 else -1, top.speedup.n >= MIN_SEEDS
                           and (top.speedup.min > 1 or top.speedup.max < 1)))
-        lines.append(f"**wall clock, R = {ratio:g}** (measured {cells[0].measured_ratio:.2f}), "
+        lines.append(f"**wall clock, R = {ratio:g}** (measured {mine[0].measured_ratio:.2f}), "
                      "speedup over the same seed's baseline: best fixed factor " +
                      "; ".join(_speed_text(c) for c in fixed) + "; adaptive " +
                      "; ".join(_speed_text(c) for c in adaptive))
-    if wallclock:
+    if cells:
         lines.append(f"(Wall-clock rows: `{source}`, Fashion-MNIST read over a link throttled "
                      "to R; the bound is min(R, e). The verdict uses fixed factors only.)")
     else:
         lines.append("No wall-clock measurement given (run `benchmarks/wallclock.py` and "
                      "pass `--wallclock`): F(1)/F(e) is the speedup an input-bound run with "
                      "R >= e would get.")
-    return Finding("2", "Echoing reduces training time when the input pipeline is the "
-                   "bottleneck (up to 3.25x for ResNet-50 with R about 6).",
-                   "<br>".join(lines), verdict(parts))
+    return lines, parts
 
 
 def _best_fixed(cells: list[Cell]) -> list[Cell]:
@@ -226,13 +180,10 @@ def _speed_text(c: Cell) -> str:
     return f"{c.label()} {s.median:.2f}x [{s.min:.2f}, {s.max:.2f}] (n={s.n}{missed})"
 
 
-def f3_factor(work: dict[str, tuple[Results, int]]) -> Finding:
+def f3_factor(work: Work) -> Finding:
     """Finding 3: larger factors keep helping up to a bound, with diminishing returns."""
     lines, parts = [], []
-    for wname, (res, b) in work.items():
-        base = default(res, "baseline", 1, b)
-        if base is None:
-            continue
+    for wname, res, b, base in with_baseline(work):
         for variant in dict.fromkeys(c.variant for c in res if c.factor > 2):
             runs = sorted(((c.factor, r) for c, r in res.items() if c.variant == variant
                            and c.batch_size == b and is_default(c) and r.best),
@@ -246,7 +197,7 @@ def f3_factor(work: dict[str, tuple[Results, int]]) -> Finding:
             sign, clear = compare(top.fresh(), base.fresh())
             parts.append((-sign, clear))  # the largest factor still beats the baseline
             # Diminishing returns: the share of the ideal F(1)/e reached falls with e.
-            low, high = (_efficiency(r, base, e) for e, r in (runs[0], runs[-1]))
+            low, high = (efficiency(r, base, e) for e, r in (runs[0], runs[-1]))
             sign, clear = compare(low, high)
             parts.append((sign, clear))
             # The best factor lies in 4-8: compare the best inside with the best outside.
@@ -260,24 +211,17 @@ def f3_factor(work: dict[str, tuple[Results, int]]) -> Finding:
             best = min(runs, key=lambda t: t[1].fresh().median)[0]
             lines.append(f"**{wname}, {name(variant)}**: baseline {fmt(f1)}; {text}; best "
                          f"e={best}; share of ideal (same seed) e={runs[0][0]} "
-                         f"{spread_text(low, _ratio)}, e={runs[-1][0]} "
-                         f"{spread_text(high, _ratio)}")
+                         f"{spread_text(low, ratio_text)}, e={runs[-1][0]} "
+                         f"{spread_text(high, ratio_text)}")
+    measured = ("<br>".join(lines) + "<br>(Three parts per variant: the largest factor beats "
+                "the baseline; the share of the ideal falls from the smallest to the largest "
+                "factor; the best factor is in 4-8.)")
     return Finding("3", "Echoing stays useful up to a reasonable factor: on LM1B the best e "
                    "is 4-8 and e = 16 still beats the baseline, with diminishing returns.",
-                   "<br>".join(lines) + "<br>(Three parts per variant: the largest factor "
-                   "beats the baseline; the share of the ideal falls from the smallest to "
-                   "the largest factor; the best factor is in 4-8.)" if lines else "no data",
-                   verdict(parts))
+                   measured if lines else "no data", verdict(parts))
 
 
-def _efficiency(r: ConditionResult, base: ConditionResult, factor: int) -> Spread:
-    """Share of the ideal reached, ``F(1) / (e * F(e))``, same seed (0 where e missed)."""
-    mine, theirs = r.per_seed(), base.per_seed()
-    return Spread.of([theirs[s] / (factor * mine[s]) for s in mine
-                      if s in theirs and math.isfinite(theirs[s])])
-
-
-def f4_batch(work: dict[str, tuple[Results, int]]) -> Finding:
+def f4_batch(work: Work) -> Finding:
     """Finding 4: batch echoing gains relative to the baseline as the batch grows."""
     lines, parts = [], []
     for wname, (res, _) in work.items():
@@ -299,18 +243,19 @@ def f4_batch(work: dict[str, tuple[Results, int]]) -> Finding:
             lines.append(f"**{wname}, {name(variant)}** F(2)/F(1) by batch size: " +
                          ", ".join(f"B={s}: " + (f"{q:.2f}" if math.isfinite(q) else "n/a")
                                    for s, q in ratios) +
-                         f"; same seed: B={ratios[0][0]} {spread_text(small, _ratio)}, "
-                         f"B={ratios[-1][0]} {spread_text(large, _ratio)}" +
+                         f"; same seed: B={ratios[0][0]} {spread_text(small, ratio_text)}, "
+                         f"B={ratios[-1][0]} {spread_text(large, ratio_text)}" +
                          ("" if variant == "batch" else " (" + _trend(sign, clear) + ")"))
             if variant == "batch":
                 parts.append((-sign, clear))
+    measured = ("<br>".join(lines) + "<br>(Ratios of medians, then same-seed ratios at the "
+                "smallest and largest batch. The verdict judges the first half, batch "
+                "echoing, on the same-seed ratios; the second half says example echoing "
+                "*can* get worse, which no measurement refutes, so its rows are shown and "
+                "not judged.)")
     return Finding("4", "Larger batches make batch echoing relatively better; example "
                    "echoing can get worse at large batches unless shuffling keeps copies "
-                   "apart.", "<br>".join(lines) + "<br>(Ratios of medians, then same-seed "
-                   "ratios at the smallest and largest batch. The verdict judges the first "
-                   "half, batch echoing, on the same-seed ratios; the second half says "
-                   "example echoing *can* get worse, which no measurement refutes, so its "
-                   "rows are shown and not judged.)" if lines else "no data", verdict(parts))
+                   "apart.", measured if lines else "no data", verdict(parts))
 
 
 def _trend(sign: int, clear: bool) -> str:
@@ -322,52 +267,7 @@ def _trend(sign: int, clear: bool) -> str:
                                               "overlapping ranges")
 
 
-def paired_ratios(r: ConditionResult | None, base: ConditionResult | None,
-                  key: str = "interpolated") -> Spread:
-    """``echo / baseline`` of the same seed for a crossing field (default: fresh examples),
-    over the seeds both have.
-
-    A missed echo search gives ``inf``; a seed whose baseline missed is left out (no ratio).
-
-    Example:
-        >>> from dataecho.experiments.conditions import Condition
-        >>> a, b = (ConditionResult(Condition.default("w", "baseline", 1, 8)) for _ in "ab")
-        >>> a.best = {0: {"crossing": {"interpolated": 50.0}}, 1: None}
-        >>> b.best = {0: {"crossing": {"interpolated": 100.0}}, 1: {"crossing":
-        ...           {"interpolated": 80.0}}}
-        >>> s = paired_ratios(a, b)
-        >>> s.min, s.max, s.n
-        (0.5, inf, 2)
-    """
-    return Spread.of(_same_seed(r, base, key))
-
-
-def speedup_bound(r: ConditionResult, base: ConditionResult) -> Spread:
-    """``F(1) / F(e)`` of the same seed, the inverse of :func:`paired_ratios`: the
-    training-time speedup an input-bound run (R >= e) could get; 0 where the echo
-    search missed.
-
-    Example:
-        >>> from dataecho.experiments.conditions import Condition
-        >>> echo = ConditionResult(Condition.default("w", "batch", 2, 8))
-        >>> base = ConditionResult(Condition.default("w", "baseline", 1, 8))
-        >>> echo.best, base.best = {0: None}, {0: {"crossing": {"interpolated": 9.0}}}
-        >>> speedup_bound(echo, base).max
-        0.0
-    """
-    return Spread.of([1 / x for x in _same_seed(r, base, "interpolated")])
-
-
-def _same_seed(r: ConditionResult | None, base: ConditionResult | None,
-               key: str) -> list[float]:
-    if r is None or base is None:
-        return []
-    mine, theirs = r.per_seed(key), base.per_seed(key)
-    return [mine[seed] / theirs[seed] for seed in mine
-            if seed in theirs and math.isfinite(theirs[seed])]
-
-
-def f5_shuffle(work: dict[str, tuple[Results, int]]) -> Finding:
+def f5_shuffle(work: Work) -> Finding:
     """Finding 5: a larger post-echo shuffle buffer helps both echoing kinds."""
     lines, parts = [], []
     for wname, (res, b) in work.items():
@@ -400,18 +300,17 @@ def f5_shuffle(work: dict[str, tuple[Results, int]]) -> Finding:
                    "echoing.", "<br>".join(lines) or "no data", verdict(parts))
 
 
-def f6_no_harm(work: dict[str, tuple[Results, int]], higher: dict[str, bool]) -> Finding:
+def f6_no_harm(work: Work, higher: dict[str, bool]) -> Finding:
     """Finding 6: at an equal fresh budget, echoing does not lower the final quality."""
     lines, parts = [], []
-    for wname, (res, b) in work.items():
-        base = default(res, "baseline", 1, b)
-        if base is None or not base.no_harm:
+    for wname, res, _, base in with_baseline(work):
+        if not base.no_harm:
             continue
-        items = [f"baseline {spread_text(base.quality(), _metric)}"]
+        items = [f"baseline {spread_text(base.quality(), metric_text)}"]
         for cond, r in sorted(res.items()):
             if r.no_harm and cond.variant != "baseline":
                 q, bq = r.quality(), base.quality()
-                items.append(f"{name(cond.variant)} e={cond.factor} {spread_text(q, _metric)}")
+                items.append(f"{name(cond.variant)} e={cond.factor} {spread_text(q, metric_text)}")
                 worse = q.median < bq.median if higher[wname] else q.median > bq.median
                 enough = min(q.n, bq.n) >= MIN_SEEDS
                 clearly = enough and ((q.max < bq.min) if higher[wname] else (q.min > bq.max))
@@ -422,7 +321,7 @@ def f6_no_harm(work: dict[str, tuple[Results, int]], higher: dict[str, bool]) ->
                    verdict(parts))
 
 
-def f7_ranking(work: dict[str, tuple[Results, int]]) -> Finding:
+def f7_ranking(work: Work) -> Finding:
     """Ranking: before >= after >= batch (fewer fresh examples is better)."""
     lines, parts = [], []
     for wname, (res, b) in work.items():
@@ -440,12 +339,3 @@ def f7_ranking(work: dict[str, tuple[Results, int]]) -> Finding:
     return Finding("7", "Ranking, roughly: example echoing before augmentation >= after "
                    "augmentation >= batch echoing.", "<br>".join(lines) or
                    "no data (needs a workload with augmentation)", verdict(parts))
-
-
-def _ratio(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.2f}"
-
-
-def _metric(x: float) -> str:
-    return f"{x:.4f}"
-

@@ -28,12 +28,11 @@ from .findings import (
     f5_shuffle,
     f6_no_harm,
     f7_ranking,
-    fmt,
     is_default,
-    spread_text,
 )
 from .record import Record, definition
 from .store import Store
+from .text import fmt, md_table, spread_text
 from .wallclock import Cell
 from .wallclock import load as load_wallclock
 
@@ -134,9 +133,9 @@ def _findings(work: dict[str, tuple[dict[Condition, ConditionResult], int]],
            "fewer than 3 seeds ranges never count as disjoint, so a verdict is at most "
            "**partly**; a part not measured yet counts as no data. Finding 6 claims no "
            "harm: held when echoing's median is not worse (3+ seeds each), not held only "
-           "when it is worse with disjoint ranges.", "",
-           "| # | Paper | Measured here | Verdict |", "|---|---|---|---|"]
-    out += [f"| {f.number} | {f.claim} | {f.measured} | **{f.verdict}** |" for f in rows]
+           "when it is worse with disjoint ranges.", ""]
+    out += md_table(["#", "Paper", "Measured here", "Verdict"],
+                    ([f.number, f.claim, f.measured, f"**{f.verdict}**"] for f in rows), "llll")
     return [*out, ""]
 
 
@@ -202,9 +201,7 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
              f"{c.get('clip_norm')}.", ""]
     for name, path in figs.items():
         lines += [f"![{wname} {name}]({path.relative_to(out)})", ""]
-    lines += ["| condition | buffer (batches) | seeds reached | trials (statuses) | fresh to "
-              "target, interpolated | first evaluation | steps | CPU s | vs baseline |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     bases = {cond.batch_size: r.fresh().median for cond, r in res.items()
              if cond.variant == "baseline"}
     for cond in sorted(res, key=lambda c: (c.batch_size, list(VARIANT_NAMES).index(c.variant),
@@ -218,9 +215,9 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
                                  *(f"seed {seed}: not started" for seed in waiting)])
         if not r.best:
             if running:
-                lines.append(f"| {VARIANT_NAMES[cond.variant]} e={cond.factor} "
-                             f"B={cond.batch_size} | {cond.buffer_batches:g} | 0/0 "
-                             f"(running: {running}) | {r.trials} | | | | | |")
+                rows.append([f"{VARIANT_NAMES[cond.variant]} e={cond.factor} "
+                             f"B={cond.batch_size}", f"{cond.buffer_batches:g}",
+                             f"0/0 (running: {running})", str(r.trials), "", "", "", "", ""])
             continue
         s = r.fresh()
         if running:
@@ -230,12 +227,14 @@ def _workload(wname: str, res: dict[Condition, ConditionResult], c: dict[str, An
         ratio = f"{s.median / base:.2f}x (ideal {1 / cond.factor:.2f})" if (
             math.isfinite(base) and math.isfinite(s.median)) else "n/a"
         tag = "" if is_default(cond) else " (buffer sweep)"
-        lines.append(f"| {VARIANT_NAMES[cond.variant]} e={cond.factor} B={cond.batch_size}{tag}"
-                     f" | {cond.buffer_batches:g} | {s.finite}/{s.n}{running} | {r.trials}"
-                     f" ({statuses})"
-                     f" | {spread_text(s)} | {spread_text(r.fresh('first'))} | "
-                     f"{spread_text(r.value('steps'))} | "
-                     f"{spread_text(r.value('cpu_seconds'), lambda x: f'{x:.0f}')} | {ratio} |")
+        rows.append([f"{VARIANT_NAMES[cond.variant]} e={cond.factor} B={cond.batch_size}{tag}",
+                     f"{cond.buffer_batches:g}", f"{s.finite}/{s.n}{running}",
+                     f"{r.trials} ({statuses})", spread_text(s),
+                     spread_text(r.fresh("first")), spread_text(r.value("steps")),
+                     spread_text(r.value("cpu_seconds"), lambda x: f"{x:.0f}"), ratio])
+    lines += md_table(["condition", "buffer (batches)", "seeds reached", "trials (statuses)",
+                       "fresh to target, interpolated", "first evaluation", "steps", "CPU s",
+                       "vs baseline"], rows, "l" * 9)
     unstarted = sorted(set(planned or {}) - {cond.label() for cond in res})
     if unstarted:
         lines += ["", "Planned, not started yet: " + "; ".join(unstarted) + "."]
@@ -254,21 +253,21 @@ def _upstream_ratio(trials: list[Record]) -> dict[str, float]:
 
 
 def _costs(trials: list[Record]) -> list[str]:
-    lines = ["## Speed and cost", "",
-             "| workload | trials | statuses | CPU time | median CPU s/trial | median wall "
-             "s/trial | steps per CPU-second, with evaluations (median) | training steps/s, "
-             "wall (median) |", "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for wname in sorted({r["workload"] for r in trials}):
         rs = [r for r in trials if r["workload"] == wname]
         statuses = Counter(r["status"] for r in rs)
         cpu = [float(r.get("cpu_seconds") or r["seconds"]) for r in rs]
         per_cpu = statistics.median(r["steps"] / max(c, 1e-9) for r, c in zip(rs, cpu, strict=True))
-        lines.append(f"| {wname} | {len(rs)} | "
-                     f"{', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))} | "
-                     f"{sum(cpu) / 3600:.2f} h | {statistics.median(cpu):.1f} | "
-                     f"{statistics.median(r['seconds'] for r in rs):.1f} | "
-                     f"{per_cpu:.1f} | "
-                     f"{statistics.median(r['steps_per_second'] for r in rs):.1f} |")
+        rows.append([wname, str(len(rs)),
+                     ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+                     f"{sum(cpu) / 3600:.2f} h", f"{statistics.median(cpu):.1f}",
+                     f"{statistics.median(r['seconds'] for r in rs):.1f}", f"{per_cpu:.1f}",
+                     f"{statistics.median(r['steps_per_second'] for r in rs):.1f}"])
+    lines = ["## Speed and cost", "", *md_table(
+        ["workload", "trials", "statuses", "CPU time", "median CPU s/trial",
+         "median wall s/trial", "steps per CPU-second, with evaluations (median)",
+         "training steps/s, wall (median)"], rows, "l" * 8)]
     return [*lines, "", "CPU time is per process (one core, one torch thread); wall time "
             "depends on what else the machine ran. Fresh-example counts are shown as "
             f"{fmt(12345.0)} = 12,345.", ""]

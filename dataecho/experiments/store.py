@@ -1,8 +1,10 @@
-"""The result store: one JSON line per finished trial, appended atomically.
+"""The result store: one JSON line per finished trial or run, appended atomically.
 
-Trials are keyed by :func:`dataecho.experiments.record.trial_key`; a sweep asks the
-store before running a trial and skips it when its key is present, so an interrupted
-sweep resumes where it stopped and a finished trial is never redone. Appends from
+Every record has a ``key``: the reproduction keys trials by
+:func:`dataecho.experiments.record.trial_key`, the demo's grid
+(:mod:`dataecho.demo.grid`) keys runs by their spec. A sweep asks the store before
+running a trial and skips it when its key is present, so an interrupted sweep resumes
+where it stopped and a finished trial is never redone. Appends from
 several processes take an exclusive ``flock`` and write the whole line in one call, so
 lines never interleave; a line cut short by a crash is skipped when reading (and the
 next append starts a new line), which only means that trial runs again.
@@ -21,7 +23,7 @@ from .record import Record
 
 
 class Store:
-    """A JSON-lines file of trial records.
+    """A JSON-lines file of records, each a dict with a ``key``.
 
     Args:
         path: the file; created (with its directory) on the first append.
@@ -29,7 +31,8 @@ class Store:
     Example:
         >>> import tempfile
         >>> store = Store(Path(tempfile.mkdtemp()) / "results.jsonl")
-        >>> store.append({"key": "abc", "status": "reached"})
+        >>> store.append({"key": "abc", "status": "reached", "loss": float("nan")})
+        {'key': 'abc', 'loss': None, 'status': 'reached'}
         >>> store.get("abc")["status"], len(store)
         ('reached', 1)
     """
@@ -61,10 +64,15 @@ class Store:
         """The record with ``key``, or None."""
         return self.index().get(key)
 
-    def append(self, record: Record) -> None:
-        """Appends one record as a single line, under an exclusive lock, and syncs it."""
+    def append(self, record: Record) -> Record:
+        """Appends one record as a single line, under an exclusive lock, and syncs it.
+
+        Returns the record as reading the store gives it back (NaN and infinity as
+        None, tuples as lists, keys sorted), so a caller needs no re-read.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(finite(record), sort_keys=True, separators=(",", ":")) + "\n"
+        text = json.dumps(finite(record), sort_keys=True, separators=(",", ":"))
+        line = text + "\n"
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -75,3 +83,5 @@ class Store:
             os.fsync(fd)
         finally:
             os.close(fd)  # closing releases the lock
+        stored: Record = json.loads(text)
+        return stored

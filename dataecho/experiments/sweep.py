@@ -30,6 +30,7 @@ from .protocol import Plan
 from .record import Record, trial_key
 from .search import HParams, search_points
 from .store import Store
+from .text import hms
 from .trial import Trial, train
 from .workloads import WORKLOADS
 
@@ -64,11 +65,9 @@ class Unit:
         when None), at ``per_trial`` seconds each.
 
         ``per_trial`` is what the store's trials of this condition took on average
-        (:func:`seconds_per_trial`); without one, a model fitted to the full run's
-        trials: a baseline trial times ``factor ** 0.8`` (e times the steps per fresh
-        example at fewer fresh examples: measured 2.6-2.9x at e = 4, 4.4-6x at e = 8);
-        batch size barely matters (Fashion-MNIST: 23-28 s from B = 64 to 512). A
-        no-harm trial trains to the budget and costs about three.
+        (:func:`seconds_per_trial`); without one, a baseline trial times
+        ``factor ** 0.8``, because echoing takes e steps per fresh example but needs fewer
+        fresh examples. A no-harm trial trains to the budget and costs about three.
 
         Example:
             >>> unit = Unit(Condition.default("digits", "batch", 4, 32), 0, trials=8)
@@ -123,10 +122,8 @@ def run_unit(unit: Unit, store_path: str, limit: int | None = None,
             if limit is not None and ran >= limit:
                 return ran
             result = train(workload, trial, prune_at=prune_at(records), log=log)
-            store.append({**result, "search_trials": unit.trials})
-            record = Store(store_path).get(trial_key(workload, trial))
+            record = store.append({**result, "search_trials": unit.trials})
             ran += 1
-        assert record is not None
         records.append(record)
     if unit.no_harm:
         trial = no_harm_trial(unit, records)
@@ -191,7 +188,7 @@ def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
     known = sum(_cost_key(u.condition.as_dict()) in measured for u in todo)
     echo(f"[sweep] {len(units)} searches, {len(units) - len(todo)} already complete in "
          f"{store_path}; running {len(todo)} with {jobs} process(es); about "
-         f"{_hms(total_cost / max(jobs, 1))} of work left at the store's measured trial "
+         f"{hms(total_cost / max(jobs, 1))} of work left at the store's measured trial "
          f"times ({known} of {len(todo)} searches measured" +
          (")" if known == len(todo) else ", the others modelled)"))
     start, done_cost, ran = time.monotonic(), 0.0, 0
@@ -206,8 +203,8 @@ def run(plans: Sequence[Plan], store_path: str | Path, *, jobs: int = 1,
         elapsed = time.monotonic() - start
         eta = elapsed * (total_cost - done_cost) / max(done_cost, 1e-9)
         echo(f"[sweep] {unit.condition.workload} {unit.condition.label()} seed {unit.seed}: "
-             f"{n} new trial(s); {done_cost / total_cost:.0%} done, {_hms(elapsed)} elapsed, "
-             f"ETA {_hms(eta)}")
+             f"{n} new trial(s); {done_cost / total_cost:.0%} done, {hms(elapsed)} elapsed, "
+             f"ETA {hms(eta)}")
 
     if jobs <= 1:
         for i, unit in enumerate(todo):
@@ -257,8 +254,3 @@ def _exit_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _hms(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
