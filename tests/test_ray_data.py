@@ -9,10 +9,10 @@ from itertools import groupby
 import numpy as np
 import pytest
 
-from checkpoint import assert_restores_everywhere
 from dataecho import Echo
 from dataecho.echo import copies_at
 from dataecho.ray_data import COPY_COLUMN, CountCopies, EchoRows, echo_rows
+from helpers.checkpoint import assert_restores_everywhere
 
 
 def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, DistributedSampler
 
-from checkpoint import same
 from dataecho.torch import EchoBatches
+from helpers.checkpoint import same
 
 pytestmark = pytest.mark.torch
 
