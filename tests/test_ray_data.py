@@ -96,6 +96,7 @@ def test_count_copies_counts_fresh_rows_and_restores_everywhere():
     assert stats.realised_factor == pytest.approx(len(order) / 50)
 
 
+@pytest.mark.torch
 def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
     torch = pytest.importorskip("torch")
     batch = {"x": torch.zeros(3), COPY_COLUMN: torch.tensor([0, 1, 0])}
@@ -104,6 +105,7 @@ def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
     assert stage.stats().fresh_examples == 2
 
 
+@pytest.mark.torch
 def test_ray_pipeline_counts_every_fresh_row_once():
     """A real local Ray cluster (``ray[data]`` is a test dependency; ~20 s)."""
     ray = pytest.importorskip("ray")

@@ -26,6 +26,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def data() -> tuple[np.ndarray, np.ndarray]:
+    pytest.importorskip("PIL", reason="writing image shards needs Pillow (dataecho[demo])")
     rng = np.random.default_rng(0)
     return rng.integers(0, 256, (20, 6, 6), np.uint8), rng.integers(0, 10, 20)
 

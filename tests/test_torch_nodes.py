@@ -19,6 +19,8 @@ from dataecho import NodeSource, as_stage
 from dataecho.torch.nodes import EchoNode
 from helpers.checkpoint import assert_restores_everywhere, same
 
+pytestmark = pytest.mark.torch
+
 
 class Steps:
     """A node seen as a checkpointable iterator, for the shared round-trip helper."""
