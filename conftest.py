@@ -1,8 +1,11 @@
-"""Lets the core suite run with numpy alone.
+"""Lets the core suite run with numpy alone, and CI prove that nothing was skipped.
 
 ``--doctest-modules`` imports every module under ``dataecho/``; those that need an
 optional dependency that is not installed are left out of collection here, and the
 test files that need one skip themselves with ``pytest.importorskip``.
+
+With ``DATAECHO_REQUIRE_ALL=1`` nothing is left out, and a run with any skipped test
+fails: CI sets it to prove that every integration test ran.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ from _pytest.doctest import DoctestItem
 OPTIONAL = ("torch", "torchdata", "lightning", "ray", "PIL", "sklearn", "matplotlib")
 MISSING = frozenset(name for name in OPTIONAL if importlib.util.find_spec(name) is None)
 ROOT = Path(__file__).parent
+REQUIRE_ALL = os.environ.get("DATAECHO_REQUIRE_ALL") == "1"
 
 
 def _needs_missing(path: Path) -> bool:
@@ -38,7 +43,7 @@ def _needs_missing(path: Path) -> bool:
 collect_ignore_glob = [
     str(path.relative_to(ROOT))
     for path in sorted((ROOT / "dataecho").rglob("*.py"))
-    if MISSING and path.name != "__main__.py" and _needs_missing(path)
+    if MISSING and not REQUIRE_ALL and path.name != "__main__.py" and _needs_missing(path)
 ]
 
 
@@ -88,3 +93,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     reader in example.source for example in item.dtest.examples
                     for reader in readers):
                 item.add_marker(skip)
+
+
+_skipped: list[pytest.TestReport | pytest.CollectReport] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remembers skipped tests for :func:`pytest_sessionfinish`."""
+    if report.skipped:
+        _skipped.append(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Remembers skipped modules (a module-level ``importorskip``)."""
+    if report.skipped:
+        _skipped.append(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under ``DATAECHO_REQUIRE_ALL=1``, a run that skipped anything fails."""
+    if REQUIRE_ALL and _skipped and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Says which skips failed the run, and why each was skipped."""
+    if not (REQUIRE_ALL and _skipped):
+        return
+    terminalreporter.section("DATAECHO_REQUIRE_ALL=1: skips count as failures", red=True)
+    for report in _skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        terminalreporter.line(f"{report.nodeid}: {reason}")
