@@ -14,7 +14,7 @@ from dataecho import Batch, Echo
 from dataecho.adaptive import AdaptiveEcho
 from dataecho.prefetch import Prefetcher
 from dataecho.sizes import batch_len
-from threads import prefetch_threads, wait_until
+from helpers.threads import prefetch_threads, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 

@@ -4,7 +4,6 @@ import collections
 import itertools
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -13,15 +12,10 @@ from dataecho import Echo, Source
 from dataecho.adaptive import AdaptiveEcho
 from dataecho.adaptive_examples import AdaptiveExamples, make_auto
 from dataecho.policy import SimClock, SimulatedFeed
+from helpers import sim
+from helpers.threads import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
-
-
-def wait_until(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 def tag(example, rng):
@@ -30,16 +24,9 @@ def tag(example, rng):
 
 
 def simulated(n, batch, ratio, **kwargs):
-    clock = SimClock()
-    stage = AdaptiveExamples(
-        range(n), batch, collate=list, clock=clock,
-        feed=lambda p: SimulatedFeed(p, period=ratio / batch, clock=clock, depth=2 * batch),
-        **kwargs)
-    batches = []
-    for b in stage:
-        batches.append(b)
-        clock.advance(1.0)
-    return stage, batches
+    """``ratio`` consumer steps per fresh batch, the feed two batches deep."""
+    return sim.simulate(AdaptiveExamples, range(n), batch, period=ratio / batch,
+                        depth=2 * batch, collate=list, **kwargs)
 
 
 def test_ready_upstream_gives_all_fresh_batches_in_order():

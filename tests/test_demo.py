@@ -18,10 +18,12 @@ from dataecho.demo.train import RunResult
 pytestmark = pytest.mark.torch
 
 
-def test_smoke_demo_writes_its_table_plot_and_json_in_under_a_minute(tmp_path, capsys):
+def test_smoke_demo_writes_its_table_plot_and_json_within_its_budget(tmp_path, capsys):
     began = time.perf_counter()
     assert main(["--smoke", "--out", str(tmp_path)]) == 0
-    assert time.perf_counter() - began < 60
+    # Each smoke run trains for 8 s of budget; the bound only catches a run that ignores
+    # its budget, with room for a loaded CI machine (pytest's own timeout is 300 s).
+    assert time.perf_counter() - began < 240
     printed = capsys.readouterr().out
     assert "127.0.0.1" in printed
     assert "pinned to 1 thread" in printed or "CUDA" in printed

@@ -295,7 +295,7 @@ def test_bad_benchmark_flags_exit_with_status_2_naming_the_flag_before_anything_
 
 @pytest.mark.torch
 def test_a_store_of_another_device_is_refused_not_reused(tmp_path, monkeypatch, capsys):
-    import torch
+    torch = pytest.importorskip("torch")
 
     wallclock = load_wallclock()
     refuse_to_start(monkeypatch, wallclock)

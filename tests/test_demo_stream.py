@@ -7,11 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from checkpoint import assert_restores_everywhere
+pytest.importorskip("torch", reason="the demo's augmentation (CropFlip) needs torch")
+
 from dataecho import Echo, Map, Shuffle
 from dataecho.demo.augment import CropFlip
 from dataecho.demo.stream import Sample, ShardStream
 from dataecho.remote import ShardServer, write_shards
+from helpers.checkpoint import assert_restores_everywhere
+
+pytestmark = pytest.mark.torch
 
 N, SHARD = 22, 4  # six shards, the last one short
 

@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from checkpoint import Flaky, FlakyMap, assert_restores_everywhere
 from dataecho import AdaptiveEcho, Batch, Echo, Map, Shuffle, Source
 from dataecho.echo import copies_at, total_copies
+from helpers.checkpoint import Flaky, FlakyMap, assert_restores_everywhere
 
 
 @pytest.mark.parametrize("factor", [1, 2, 3, 5])

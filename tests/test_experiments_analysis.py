@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from dataecho.experiments.analysis import Spread, best_trial, collect, prune_at
 from dataecho.experiments.conditions import Condition
 from dataecho.experiments.verdict import compare, verdict
@@ -153,6 +155,7 @@ def test_finding_3_judges_where_the_best_factor_lies_and_diminishing_returns():
 
 
 def test_figures_draw_a_missed_seed_up_to_the_conditions_own_budget(tmp_path):
+    pytest.importorskip("matplotlib", reason="the figures need matplotlib (dataecho[demo])")
     from dataecho.experiments.figures import fig6_batch
     records = []
     for seed, value in enumerate([200.0, 250.0, None]):  # above the default budget of 150

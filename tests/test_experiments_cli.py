@@ -12,6 +12,8 @@ pytest.importorskip("matplotlib")
 from dataecho.experiments.cli import report_main, reproduce_main
 from dataecho.experiments.figures import FIGURES
 
+pytestmark = pytest.mark.torch
+
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):

@@ -12,6 +12,8 @@ from dataecho.experiments.search import HParams
 from dataecho.experiments.trial import Counted, Trial, build_pipeline, train
 from dataecho.experiments.workloads import WORKLOADS
 
+pytestmark = pytest.mark.torch
+
 DIGITS = WORKLOADS["digits"]
 
 CASES = [

@@ -22,6 +22,8 @@ from dataecho.experiments.text import hms
 from dataecho.experiments.trial import Trial, train
 from dataecho.experiments.workloads import WORKLOADS
 
+pytestmark = pytest.mark.torch
+
 BASE = Condition.default("digits", "baseline", 1, 32)
 PLAN = Plan("digits", "test", (0, 1), 5, (BASE, Condition.default("digits", "batch", 2, 32)),
             no_harm=(BASE,))

@@ -12,6 +12,8 @@ from dataecho.experiments.search import HParams
 from dataecho.experiments.trial import Trial, train
 from dataecho.experiments.workloads import WORKLOADS
 
+pytestmark = pytest.mark.torch
+
 DIGITS = WORKLOADS["digits"]
 GOOD = HParams(0.1, 0.1)
 

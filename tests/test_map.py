@@ -1,7 +1,7 @@
 import numpy as np
 
-from checkpoint import assert_restores_everywhere
 from dataecho import Echo, Map, Source
+from helpers.checkpoint import assert_restores_everywhere
 
 
 def flip(x, rng):

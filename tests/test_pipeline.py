@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import dataecho
-from checkpoint import assert_restores_everywhere
 from dataecho import Auto, Batch, Echo, Map, Shuffle, Source
+from helpers.checkpoint import assert_restores_everywhere
 
 DATA = np.arange(60, dtype=np.int64)
 

@@ -7,22 +7,15 @@ import pytest
 from dataecho.adaptive import AdaptiveEcho
 from dataecho.adaptive_examples import AdaptiveExamples
 from dataecho.policy import EchoBuffer, Plan, SimClock, SimulatedFeed, plan
+from helpers import sim
 
 MAX = 4
 
 
 def simulate(ratio, *, n=400, max_factor=MAX, depth=2, **kwargs):
     """One fresh item per ``ratio`` consumer steps; each step takes one time unit."""
-    clock = SimClock()
-    stage = AdaptiveEcho(
-        range(n), max_factor=max_factor, clock=clock,
-        feed=lambda produce: SimulatedFeed(produce, period=ratio, clock=clock, depth=depth),
-        **kwargs)
-    out = []
-    for item in stage:
-        out.append(item)
-        clock.advance(1.0)
-    return stage, out
+    return sim.simulate(AdaptiveEcho, range(n), period=ratio, depth=depth,
+                        max_factor=max_factor, **kwargs)
 
 
 @pytest.mark.parametrize("ratio", [1, 1.5, 2, 4, 8])

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataecho
-from checkpoint import run, same
 from dataecho import Echo, Shuffle, Source
+from helpers.checkpoint import run, same
 
 factors = st.one_of(st.integers(1, 4), st.floats(1.0, 4.0, allow_nan=False))
 

@@ -9,10 +9,10 @@ from itertools import groupby
 import numpy as np
 import pytest
 
-from checkpoint import assert_restores_everywhere
 from dataecho import Echo
 from dataecho.echo import copies_at
 from dataecho.ray_data import COPY_COLUMN, CountCopies, EchoRows, echo_rows
+from helpers.checkpoint import assert_restores_everywhere
 
 
 def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
@@ -99,6 +99,7 @@ def test_count_copies_counts_fresh_rows_and_restores_everywhere():
     assert stats.realised_factor == pytest.approx(len(order) / 50)
 
 
+@pytest.mark.torch
 def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
     torch = pytest.importorskip("torch")
     batch = {"x": torch.zeros(3), COPY_COLUMN: torch.tensor([0, 1, 0])}
@@ -107,6 +108,7 @@ def test_count_copies_reads_tensor_columns_and_can_keep_the_column():
     assert stage.stats().fresh_examples == 2
 
 
+@pytest.mark.torch
 def test_ray_pipeline_counts_every_fresh_row_once():
     """A real local Ray cluster (``ray[data]`` is a test dependency; ~20 s)."""
     ray = pytest.importorskip("ray")

@@ -26,6 +26,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def data() -> tuple[np.ndarray, np.ndarray]:
+    pytest.importorskip("PIL", reason="writing image shards needs Pillow (dataecho[demo])")
     rng = np.random.default_rng(0)
     return rng.integers(0, 256, (20, 6, 6), np.uint8), rng.integers(0, 10, 20)
 
@@ -90,7 +91,9 @@ def test_fetch_backs_off_exponentially(root: Path) -> None:
         server.fail_next(3)
         start = time.perf_counter()
         fetch(server.url + "/x.bin", backoff=0.04)
-        assert 0.04 + 0.08 + 0.16 <= time.perf_counter() - start < 1.0
+        # The lower bound is the point; the upper one only catches a runaway backoff,
+        # with room for a loaded CI machine.
+        assert 0.04 + 0.08 + 0.16 <= time.perf_counter() - start < 10.0
 
 
 def test_fetch_gives_up_on_a_closed_port() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import sys
@@ -21,6 +22,9 @@ from dataecho.remote import (
 )
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
+needs_pillow = pytest.mark.skipif(
+    importlib.util.find_spec("PIL") is None,
+    reason="the image codec needs Pillow (dataecho[demo])")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +50,7 @@ def tar(*members: tuple[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+@needs_pillow
 def test_every_image_and_label_survives_the_round_trip(
     subset: tuple[np.ndarray, np.ndarray], tmp_path: Path
 ) -> None:
@@ -63,6 +68,7 @@ def test_every_image_and_label_survives_the_round_trip(
     assert decoded.dtype == np.uint8 and np.array_equal(decoded, images)
 
 
+@needs_pillow
 def test_colour_png_is_lossless_and_jpeg_is_close(tmp_path: Path) -> None:
     rgb = np.random.default_rng(1).integers(0, 256, (4, 8, 8, 3), np.uint8)
     assert np.array_equal(decode_image(encode_image(rgb[0])), rgb[0])
@@ -73,6 +79,7 @@ def test_colour_png_is_lossless_and_jpeg_is_close(tmp_path: Path) -> None:
     assert np.abs(decode_image(data).astype(int) - smooth[0]).max() <= 4
 
 
+@needs_pillow
 def test_writing_the_same_arrays_again_writes_nothing(tmp_path: Path) -> None:
     images, labels = np.zeros((5, 4, 4), np.uint8), np.arange(5)
     names = write_shards(images, labels, tmp_path, shard_size=2)
@@ -81,6 +88,7 @@ def test_writing_the_same_arrays_again_writes_nothing(tmp_path: Path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == stamps
 
 
+@needs_pillow
 def test_new_arrays_replace_the_shards_and_remove_stale_ones(tmp_path: Path) -> None:
     write_shards(np.zeros((5, 4, 4), np.uint8), np.arange(5), tmp_path, shard_size=2)
     names = write_shards(np.ones((3, 4, 4), np.uint8), np.arange(3), tmp_path, shard_size=2)
@@ -89,6 +97,7 @@ def test_new_arrays_replace_the_shards_and_remove_stale_ones(tmp_path: Path) -> 
     assert label == 2 and decode_image(data).max() == 1
 
 
+@needs_pillow
 @pytest.mark.parametrize("damage", [b"{", b"[1, 2]", b'{"shards": [{"name": 3}]}'])
 def test_a_damaged_index_is_rewritten(damage: bytes, tmp_path: Path) -> None:
     images, labels = np.zeros((3, 4, 4), np.uint8), np.arange(3)
@@ -141,6 +150,7 @@ def test_corrupt_shard_error_names_the_shard(shard: bytes, message: str) -> None
         list(iter_shard(shard, "bad.tar"))
 
 
+@needs_pillow
 @pytest.mark.parametrize("cut", [0.1, 1 / 3, 0.5, 0.9, 1.0])
 def test_truncated_shard_error_names_the_shard(cut: float, tmp_path: Path) -> None:
     name = write_shards(np.zeros((4, 16, 16), np.uint8), np.arange(4), tmp_path)[0]
@@ -171,6 +181,7 @@ def test_shard_error_is_a_value_error() -> None:
     assert issubclass(ShardError, ValueError)
 
 
+@needs_pillow
 def test_undecodable_image_and_bad_index_are_reported() -> None:
     with pytest.raises(ValueError, match=r"data must be a PNG or JPEG image, got 4 bytes"):
         decode_image(b"GIF8")

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 from dataecho import Batch, Echo, Shuffle, Source
+from helpers.checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 
 
 def test_shuffle_preserves_the_multiset_of_echoed_items():

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from checkpoint import FlakyMap, assert_restores_everywhere
 from dataecho import Source
+from helpers.checkpoint import FlakyMap, assert_restores_everywhere
 
 
 def test_each_epoch_reads_every_example_once_in_a_new_order():

@@ -3,8 +3,8 @@ import math
 import pytest
 
 import dataecho
-from checkpoint import assert_restores_everywhere
 from dataecho import Batch, Echo, EchoStats, Source
+from helpers.checkpoint import assert_restores_everywhere
 
 
 def test_example_echoing_with_drop_last_counts_dropped_examples_as_fresh_not_emitted():

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, DistributedSampler
 
-from checkpoint import same
 from dataecho import Auto
 from dataecho.torch import EchoBatches
+from helpers.checkpoint import same
 
 pytestmark = pytest.mark.torch
 

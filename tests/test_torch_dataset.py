@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset
 
-from checkpoint import same
 from dataecho.torch import EchoDataset
+from helpers.checkpoint import same
 
 pytestmark = pytest.mark.torch
 

@@ -15,9 +15,11 @@ pytest.importorskip("torchdata.nodes")
 from torchdata.nodes import Batcher, IterableWrapper, Loader, Mapper
 
 import dataecho
-from checkpoint import assert_restores_everywhere, same
 from dataecho import Auto, NodeSource, as_stage
 from dataecho.torch.nodes import EchoNode
+from helpers.checkpoint import assert_restores_everywhere, same
+
+pytestmark = pytest.mark.torch
 
 
 class Steps:

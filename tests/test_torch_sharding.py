@@ -6,6 +6,8 @@ pytest.importorskip("torch")
 
 from dataecho.torch import sharding
 
+pytestmark = pytest.mark.torch
+
 
 def test_shards_are_disjoint_and_complete_across_ranks_and_workers(monkeypatch):
     seen = []

@@ -2,7 +2,8 @@
 
 Restores a freshly built pipeline from the state taken before every element of an
 uninterrupted run (through JSON, as a real checkpoint would travel) and requires the
-rest of the output, and the final statistics, to be identical.
+rest of the output, and the final statistics, to be identical; the state's shape to
+stay the same for the whole run; and a restored state to read back unchanged.
 """
 
 from __future__ import annotations
@@ -33,19 +34,48 @@ def run(stage: Iterator[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
     """All outputs, and the JSON-round-tripped state taken before each of them."""
     outputs, states = [], []
     while True:
-        states.append(json.loads(json.dumps(stage.state_dict())))  # type: ignore[attr-defined]
+        states.append(as_json(stage.state_dict()))  # type: ignore[attr-defined]
         try:
             outputs.append(next(stage))
         except StopIteration:
             return outputs, states
 
 
-def assert_restores_everywhere(make: Callable[[], Any], *, every: int = 1) -> list[Any]:
+def spec_like(state: Any) -> Any:
+    """The state's shape: its nested keys and list lengths, each leaf replaced by its type.
+
+    >>> spec_like({"epoch": 1, "upstream": {"next": [0, None]}})
+    {'epoch': 'int', 'upstream': {'next': ['int', 'NoneType']}}
+    """
+    if isinstance(state, dict):
+        return {k: spec_like(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return [spec_like(v) for v in state]
+    return type(state).__name__
+
+
+def as_json(state: Any) -> Any:
+    """The state as it comes back from a checkpoint file."""
+    return json.loads(json.dumps(state))
+
+
+def assert_restores_everywhere(make: Callable[[], Any], *, every: int = 1,
+                               constant_spec: bool = True,
+                               idempotent: bool = True) -> list[Any]:
     """Checks that restoring at every step yields exactly the remaining output.
+
+    Besides the output and the final statistics it checks grain's two properties of a
+    checkpoint: the state has the same shape (:func:`spec_like`) before every element
+    of the run, and restoring is idempotent, so ``state_dict()`` right after
+    ``load_state_dict(saved)`` gives back ``saved``.
 
     Args:
         make: builds a fresh, identical pipeline.
         every: restore before every ``every``-th element (1 = all of them).
+        constant_spec: check that the state's shape never changes; a call site that
+            opts out says why.
+        idempotent: check that a restored state reads back unchanged; a call site that
+            opts out says why.
 
     Returns:
         The uninterrupted output, for further checks by the caller.
@@ -53,9 +83,19 @@ def assert_restores_everywhere(make: Callable[[], Any], *, every: int = 1) -> li
     reference = make()
     outputs, states = run(reference)
     final_stats = reference.stats() if hasattr(reference, "stats") else None
+    if constant_spec:
+        spec = spec_like(states[0])
+        for k, state in enumerate(states):
+            assert spec_like(state) == spec, (
+                f"state shape at step {k} differs from step 0: {spec_like(state)} != {spec}")
     for k in range(0, len(states), every):
         restored = make()
         restored.load_state_dict(states[k])
+        if idempotent:
+            again = as_json(restored.state_dict())
+            assert again == states[k], (
+                f"restored at {k}: state_dict() after load_state_dict is {again}, "
+                f"saved {states[k]}")
         rest = list(restored)
         assert len(rest) == len(outputs) - k, (
             f"restored at {k}: {len(rest)} items, expected {len(outputs) - k}")
