@@ -105,7 +105,8 @@ def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(v
 
 
 def test_auto_factor_needs_a_batch_size():
-    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 with factor=Auto\(\.\.\.\)"):
+    with pytest.raises(ValueError,
+                       match=r"batch_size must be an int >= 1 with factor=Auto\(\.\.\.\)"):
         dataecho.pipeline(DATA, factor="auto", batch_size=None)
 
 

@@ -230,7 +230,8 @@ def test_auto_factor_takes_the_echo_buffer_size(no_thread_leak):
 
 
 def test_auto_factor_has_no_len_and_says_why():
-    with pytest.raises(TypeError, match=r"len\(\) of EchoBatches with factor=Auto\(\.\.\.\) is unknown"):
+    with pytest.raises(TypeError,
+                       match=r"len\(\) of EchoBatches with factor=Auto\(\.\.\.\) is unknown"):
         len(EchoBatches(loader(), "auto"))
 
 

@@ -270,7 +270,7 @@ def test_checkpoint_between_epochs_resumes_at_the_epoch_it_names(calls_set_epoch
 
 
 def _readme_loop(ds, loader, epochs, calls_set_epoch, stop_after=None):
-    """The documented loop; returns the rows and the state taken after ``stop_after``'s last batch."""
+    """The documented loop: its rows, and the state after the last batch of ``stop_after``."""
     rows, state = [], None
     for epoch in epochs:
         if calls_set_epoch:
@@ -293,7 +293,7 @@ def test_state_after_an_epochs_last_batch_resumes_exactly_whatever_the_alignment
         return ds, DataLoader(ds, batch_size=4)
 
     ds, loader = make()
-    head, state = _readme_loop(ds, loader, [0], calls_set_epoch, stop_after=0)
+    _, state = _readme_loop(ds, loader, [0], calls_set_epoch, stop_after=0)
     assert state["epoch"] == 0
     tail, _ = _readme_loop(ds, loader, [1, 2], calls_set_epoch)
     restored, loader2 = make()
