@@ -51,8 +51,9 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(VENV)/bin/mypy dataecho
 
+# Every extra is installed here, so a skipped test is a failure (DATAECHO_REQUIRE_ALL).
 unit: $(VENV)/.installed-test data
-	$(PY) -m pytest -q
+	DATAECHO_REQUIRE_ALL=1 $(PY) -m pytest -q
 
 test: docs-strict lint typecheck unit
 

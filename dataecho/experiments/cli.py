@@ -24,7 +24,12 @@ def reproduce_main(argv: list[str] | None = None) -> int:
     """Runs (or resumes) the experiments of a budget, then writes the report.
 
     Example:
-        >>> reproduce_main(["--help"])  # doctest: +SKIP
+        >>> import contextlib, io
+        >>> out = io.StringIO()
+        >>> with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        ...     reproduce_main(["--help"])
+        >>> out.getvalue().startswith("usage: dataecho reproduce")
+        True
     """
     parser = argparse.ArgumentParser(
         prog="dataecho reproduce",
