@@ -38,9 +38,9 @@ from dataecho.demo.config import PRESETS, DemoConfig
 from dataecho.demo.data import prepare
 from dataecho.demo.grid import BASELINE, Spec, Store, factor_of, plan, run_grid
 from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
+from dataecho.demo.remote import ShardServer
 from dataecho.demo.report import measured_ratio, versions, write_json
 from dataecho.pipeline import VARIANTS
-from dataecho.remote import ShardServer
 
 RESULTS = Path(__file__).parent / "results"
 

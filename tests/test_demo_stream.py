@@ -10,8 +10,8 @@ import pytest
 from checkpoint import assert_restores_everywhere
 from dataecho import Echo, Map, Shuffle
 from dataecho.demo.augment import CropFlip
+from dataecho.demo.remote import ShardServer, write_shards
 from dataecho.demo.stream import Sample, ShardStream
-from dataecho.remote import ShardServer, write_shards
 
 N, SHARD = 22, 4  # six shards, the last one short
 
