@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bursts.py
 
-Deterministic: a simulated clock and feed (``dataecho.policy.SimulatedFeed``), no
+Deterministic: a simulated clock and feed (``dataecho.adaptive.SimulatedFeed``), no
 threads, so the numbers are the same on every machine. The upstream delivers ``burst``
 items at once every ``burst * R`` consumer steps (mean rate one item per ``R`` steps,
 ``R = 6``); each step takes one time unit. With ``max_factor = 4`` the ideal realised
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from dataecho import AdaptiveEcho, AdaptiveExamples
-from dataecho.policy import SimClock, SimulatedFeed
+from dataecho.adaptive import SimClock, SimulatedFeed
 
 RESULTS = Path(__file__).parent / "results"
 RATIO = 6.0

@@ -47,10 +47,10 @@ from dataecho.demo.grid import (
     run_records,
 )
 from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
+from dataecho.demo.remote import ShardServer
 from dataecho.demo.report import measured_ratio, versions, write_json
 from dataecho.experiments.store import Store
 from dataecho.pipeline import VARIANTS
-from dataecho.remote import ShardServer
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -10,19 +10,17 @@ Stages wrap their upstream and checkpoint with ``state_dict``/``load_state_dict`
 (4, 8, 16)
 """
 
-from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
-from .adaptive_examples import AdaptiveExamples
+from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho, AdaptiveExamples, AdaptiveStats
 from .batch import Batch, collate
 from .echo import Echo
 from .factor import Auto
 from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
-from .profiler import Profile, profile
+from .profiler import LoopTiming, Monitor, Profile, profile
 from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage
-from .stall import AdaptiveStats, LoopTiming, Monitor
 from .stats import EchoStats
 
 __version__ = "0.1.0"

@@ -103,3 +103,19 @@ def check_iterable(upstream: object, name: str = "upstream") -> Iterable[Any]:
             "data set itself"
         )
     return upstream
+
+
+def check_timeout(timeout: object, name: str = "timeout") -> float | None:
+    """Returns ``timeout`` as a float after checking it is a number of seconds > 0, or None.
+
+    Example:
+        >>> check_timeout(120), check_timeout(None)
+        (120.0, None)
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(
+            f"{name} must be a number of seconds > 0 or None, got {timeout!r}; pass e.g. "
+            f"{name}=120, or {name}=None to wait for the upstream forever")
+    return float(timeout)

@@ -12,7 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("dataecho.demo:main",
              "train on Fashion-MNIST read over a throttled network: baseline vs echoing"),
     "tour": ("dataecho.tour:main", "a ten-second tour of the echo stages on toy data"),
-    "profile": ("dataecho.profiler:main",
+    "profile": ("dataecho.profiler.cli:main",
                 "measure whether a job is input-bound and which echo factor to use"),
     "reproduce": ("dataecho.experiments.cli:reproduce_main",
                   "run the paper's experiments on our workloads (resumable)"),

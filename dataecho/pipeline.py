@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import derive_seed
-from .adaptive_examples import make_auto
+from .adaptive import make_auto
 from .batch import Batch
 from .echo import Echo
 from .factor import Auto, as_factor

@@ -15,8 +15,8 @@ from typing import Any
 from dataecho import Echo, Map, Shuffle
 from dataecho.datasets import load_fashion_mnist
 from dataecho.demo.augment import CropFlip
+from dataecho.demo.remote import ShardServer, write_shards
 from dataecho.demo.stream import ShardStream
-from dataecho.remote import ShardServer, write_shards
 
 
 def pipeline(url: str) -> Shuffle[Any]:

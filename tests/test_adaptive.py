@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from dataecho import Batch, Echo
-from dataecho.adaptive import AdaptiveEcho
-from dataecho.prefetch import Prefetcher
+from dataecho.adaptive import AdaptiveEcho, Prefetcher
 from dataecho.sizes import batch_len
 from helpers.threads import prefetch_threads, wait_until
 

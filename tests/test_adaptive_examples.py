@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 
 from dataecho import Echo, Source
-from dataecho.adaptive import AdaptiveEcho
-from dataecho.adaptive_examples import AdaptiveExamples, make_auto
-from dataecho.policy import SimClock, SimulatedFeed
+from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, SimClock, SimulatedFeed, make_auto
 from helpers import sim
 from helpers.threads import wait_until
 

@@ -243,8 +243,8 @@ def smoke():
     """The smoke preset's shards on an unthrottled server, the device and the evaluator."""
     from dataecho.demo.data import prepare
     from dataecho.demo.model import pick_device
+    from dataecho.demo.remote import ShardServer
     from dataecho.demo.train import Evaluator
-    from dataecho.remote import ShardServer
 
     # A generous budget: the runs stop at the target (about 2 s), so it costs nothing
     # unless the machine is loaded, and then it keeps the test from failing.

@@ -11,8 +11,8 @@ pytest.importorskip("torch", reason="the demo's augmentation (CropFlip) needs to
 
 from dataecho import Echo, Map, Shuffle
 from dataecho.demo.augment import CropFlip
+from dataecho.demo.remote import ShardServer, write_shards
 from dataecho.demo.stream import Sample, ShardStream
-from dataecho.remote import ShardServer, write_shards
 from helpers.checkpoint import assert_restores_everywhere
 
 pytestmark = pytest.mark.torch

@@ -11,15 +11,13 @@ import time
 import numpy as np
 import pytest
 
-from dataecho.adaptive import AdaptiveEcho
-from dataecho.adaptive_examples import AdaptiveExamples
-from dataecho.prefetch import Prefetcher
+from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, Prefetcher
 
 try:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    from dataecho.torch_distributed import RankAgreement
+    from dataecho.torch.distributed import RankAgreement
 except ImportError:
     dist = None
 
@@ -128,8 +126,8 @@ class EndsDuringTheWait:
         if self._taken == self._upstream.n:
             self._upstream.release()
 
-    def close(self):
-        self._feed.close()
+    def close(self, wait=5.0):
+        self._feed.close(wait)
 
 
 def _late_end(make, error=None):

@@ -9,7 +9,7 @@ import traceback
 
 import pytest
 
-from dataecho.prefetch import Prefetcher
+from dataecho.adaptive import Prefetcher
 from helpers.threads import prefetch_threads, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")

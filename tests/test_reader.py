@@ -1,4 +1,4 @@
-"""Tests of dataecho.remote.reader: retrying fetches and the checkpointable shard source."""
+"""Tests of dataecho.demo.remote.reader: retrying fetches."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataecho.remote import FetchError, RemoteShards, ShardError, ShardServer, fetch, write_shards
+from dataecho.demo.remote import FetchError, ShardServer, fetch
 
 # Every test must leave no server or request thread behind (fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
@@ -22,13 +22,6 @@ pytestmark = pytest.mark.usefixtures("no_thread_leak")
 def root(tmp_path: Path) -> Path:
     (tmp_path / "x.bin").write_bytes(b"payload" * 100)
     return tmp_path
-
-
-@pytest.fixture
-def data() -> tuple[np.ndarray, np.ndarray]:
-    pytest.importorskip("PIL", reason="writing image shards needs Pillow (dataecho[demo])")
-    rng = np.random.default_rng(0)
-    return rng.integers(0, 256, (20, 6, 6), np.uint8), rng.integers(0, 10, 20)
 
 
 def test_fetch_retries_5xx_until_the_file_arrives(root: Path) -> None:
@@ -128,72 +121,6 @@ def test_fetch_rejects_bad_arguments(url: str, options: dict[str, float], messag
 def test_fetch_rejects_wrong_argument_types(options: dict[str, object], message: str) -> None:
     with pytest.raises(TypeError, match=message):
         fetch("http://h/x", **options)  # type: ignore[arg-type]
-
-
-def test_remote_shards_stream_every_sample_in_order(
-    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
-    images, labels = data
-    write_shards(images, labels, tmp_path, shard_size=7, prefix="val")
-    with ShardServer(tmp_path) as server:
-        server.drop_next(1)  # a fault on the index fetch is retried transparently
-        source = RemoteShards(server.url, prefix="val", backoff=0.001)
-        assert len(source) == 20 and "shards=3, samples=20" in repr(source)
-        got = list(source)
-    assert [label for _, label in got] == labels.tolist()
-    assert np.array_equal(np.stack([image for image, _ in got]), images)
-
-
-def test_remote_shards_restore_at_every_step_yields_the_rest(
-    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
-    write_shards(*data, tmp_path, shard_size=7)
-    with ShardServer(tmp_path) as server:
-        source = RemoteShards(server.url, decode=False)
-        states, items = [source.state_dict()], []
-        for item in source:
-            items.append(item)
-            states.append(source.state_dict())
-        for step, state in enumerate(states):
-            restored = RemoteShards(server.url, decode=False)
-            restored.load_state_dict(state)
-            assert list(restored) == items[step:], step
-
-
-def test_corrupt_remote_shard_error_names_the_shard(
-    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
-    names = write_shards(*data, tmp_path, shard_size=7)
-    (tmp_path / names[1]).write_bytes(b"\0" * 100 + b"garbage")
-    message = r"shard 'train-00001\.tar' is not a valid tar"
-    with ShardServer(tmp_path) as server, pytest.raises(ShardError, match=message):
-        list(RemoteShards(server.url))
-
-
-def test_shard_shorter_than_its_index_entry_is_reported(
-    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
-    names = write_shards(*data, tmp_path, shard_size=7)
-    (tmp_path / names[0]).write_bytes((tmp_path / names[2]).read_bytes())  # 6 samples, not 7
-    with ShardServer(tmp_path) as server:
-        shards = RemoteShards(server.url)
-        for _ in range(2):  # a retry fails again instead of reading the bad shard
-            with pytest.raises(ShardError, match=r"shard 'train-00000\.tar' holds 6 "
-                               r"samples but the index lists 7"):
-                next(shards)
-        assert shards.state_dict()["offset"] == 0
-
-
-def test_load_state_dict_rejects_a_position_outside_the_index(
-    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
-    write_shards(*data, tmp_path, shard_size=7)
-    with ShardServer(tmp_path) as server:
-        source = RemoteShards(server.url)
-        with pytest.raises(ValueError, match=r"state must point into the 3 shards .*'offset': 9"):
-            source.load_state_dict({"shard": 0, "offset": 9})
-        source.load_state_dict({"shard": 3, "offset": 0})  # the end is a valid position
-        assert list(source) == []
 
 
 def test_changing_the_bandwidth_mid_transfer_sends_every_byte_once(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tests of dataecho.remote.server: a throttled, fault-injecting HTTP server on loopback."""
+"""Tests of dataecho.demo.remote.server: a throttled, fault-injecting HTTP server on loopback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dataecho.remote import ShardServer, Throttle
+from dataecho.demo.remote import ShardServer, Throttle
 
 KB = 1000
 

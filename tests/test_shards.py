@@ -1,4 +1,4 @@
-"""Tests of dataecho.remote.shards and its image codec: writing and reading tar shards."""
+"""Tests of dataecho.demo.remote.shards and its image codec: writing and reading tar shards."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataecho.remote import (
+from dataecho.demo.remote import (
     ShardError,
     decode_image,
     encode_image,

@@ -6,7 +6,8 @@ without echoing, with echoing at a fixed factor near ``R``, and with adaptive ec
 ``--variant`` chooses where the echo stands (before augmentation, the default, after
 it, or whole batches). Run ``dataecho demo --help`` for the options.
 
-Modules: ``stream`` (the checkpointable shard reader, numpy only), ``augment``,
+Modules: ``remote`` (the simulated object store: shards, server, fetch), ``stream``
+(the checkpointable shard reader, numpy only), ``augment``,
 ``loader`` (the three variants' pipelines), ``model``, ``calibrate``, ``train``,
 ``data``, ``report`` (table, figure, JSON), ``config`` and ``command`` (the CLI);
 ``grid`` (the resumable run store of ``benchmarks/wallclock.py``) and ``gridreport``

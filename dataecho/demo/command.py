@@ -11,12 +11,12 @@ from pathlib import Path
 
 import torch
 
-from ..remote import ShardServer
 from .calibrate import calibrate, time_step, time_step_streaming
 from .config import DemoConfig, check_config, parse_args
 from .data import DemoData, prepare
 from .loader import Factor, StreamDataset, describe, make_loader
 from .model import pick_device, small_cnn
+from .remote import ShardServer
 from .report import (
     measured_ratio,
     peak_rss_mb,
@@ -65,10 +65,10 @@ def runs_of(cfg: DemoConfig) -> list[tuple[str, Factor]]:
     """The runs to make: baseline, fixed echoing, and adaptive when it is installed."""
     e = cfg.fixed_factor
     runs: list[tuple[str, Factor]] = [("baseline", 1.0), (f"echo e={e:g}", e)]
-    if cfg.adaptive and importlib.util.find_spec("dataecho.adaptive_examples") is not None:
+    if cfg.adaptive and importlib.util.find_spec("dataecho.adaptive.examples") is not None:
         runs.append(("adaptive", "auto"))
     elif cfg.adaptive:
-        print("  adaptive run skipped: dataecho.adaptive_examples is not available")
+        print("  adaptive run skipped: dataecho.adaptive.examples is not available")
     return runs
 
 

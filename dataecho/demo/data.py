@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..datasets import cache_dir, load_fashion_mnist
-from ..remote import write_shards
+from .remote import write_shards
 
 # The held-out subset is the same for every seed and run: it is the measuring
 # instrument, not part of the experiment.

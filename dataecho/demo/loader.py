@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data import default_collate as torch_collate
 
 from .._rng import derive_seed
-from ..adaptive_examples import AdaptiveExamples
+from ..adaptive import AdaptiveExamples
 from ..echo import Echo
 from ..factor import Auto
 from ..map import Map

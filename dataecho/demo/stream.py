@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import _rng
 from .._checks import check_positive_int, check_seed
-from ..remote import ShardError, decode_image, fetch, iter_shard, read_index
 from ..stage import Stage, State
+from .remote import ShardError, decode_image, fetch, iter_shard, read_index
 
 _TAG = 0x5D  # the shard-order stream, distinct from the core stages' tags
 
@@ -57,11 +57,11 @@ class ShardStream(Stage[Sample]):
         shard_index: this reader, ``rank * num_workers + worker``.
         num_shards: how many readers share the shards.
         prefetch: shards downloaded ahead, an int >= 1.
-        retries: retries per download (see ``dataecho.remote.fetch``).
+        retries: retries per download (see ``dataecho.demo.remote.fetch``).
 
     Example:
         >>> import tempfile
-        >>> from dataecho.remote import ShardServer, write_shards
+        >>> from dataecho.demo.remote import ShardServer, write_shards
         >>> root = tempfile.mkdtemp()
         >>> _ = write_shards(np.zeros((6, 2, 2), np.uint8), np.arange(6), root, shard_size=2)
         >>> with ShardServer(root) as server, ShardStream(server.url, num_epochs=1) as stream:

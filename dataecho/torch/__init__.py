@@ -3,6 +3,9 @@
 Neither subclasses ``DataLoader`` (trainer frameworks rebuild loaders and would drop a
 subclass): :class:`EchoDataset` is an ``IterableDataset`` you hand to any loader, and
 :class:`EchoBatches` wraps any iterable of batches, a loader included.
+
+For DDP, ``dataecho.torch.distributed.RankAgreement`` keeps adaptive echoing in step
+across ranks; it is imported from there, so this package needs no process group.
 """
 
 from .batches import EchoBatches

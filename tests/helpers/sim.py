@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataecho.policy import SimClock, SimulatedFeed
+from dataecho.adaptive import SimClock, SimulatedFeed
 
 
 def simulate(stage_class: Any, *args: Any, period: float, depth: int = 2,

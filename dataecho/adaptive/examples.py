@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _rng
-from ._checks import check_positive_int
-from ._rng import derive_seed
-from .adaptive import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
-from .batch import Batch
-from .batch import collate as default_collate
-from .map import Map, _name, _takes_rng
-from .policy import Agreement, Feed, alone
-from .stage import Stage, State
+from .. import _rng
+from .._checks import check_positive_int
+from .._rng import derive_seed
+from ..batch import Batch
+from ..batch import collate as default_collate
+from ..map import Map, _name, _takes_rng
+from ..stage import Stage, State
+from .echo import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
+from .plan import Agreement, Feed, alone
 
 _TAG = 0xA6  # per-copy augmentation stream, distinct from the core stages' tags
 

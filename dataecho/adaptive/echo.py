@@ -8,14 +8,15 @@ from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar
 
-from . import _rng
-from ._checks import check_positive_int, check_seed
-from .iterable import as_stage
-from .policy import Agreement, EchoBuffer, Feed, alone, plan
-from .prefetch import Prefetcher, _check_timeout, reader
-from .sizes import default_size
-from .stage import Stage, State
-from .stall import AdaptiveStats
+from .. import _rng
+from .._checks import check_positive_int, check_seed, check_timeout
+from ..iterable import as_stage
+from ..sizes import default_size
+from ..stage import Stage, State
+from .buffer import EchoBuffer
+from .plan import Agreement, Feed, alone, plan
+from .prefetch import Prefetcher, reader
+from .timing import AdaptiveStats
 
 T = TypeVar("T")
 
@@ -74,10 +75,10 @@ class AdaptiveEcho(Stage[T]):
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
         size: examples in an item, for accounting; default ``sizes.default_size``.
-        agree: cross-rank agreement, e.g. ``dataecho.torch_distributed.RankAgreement()``,
+        agree: cross-rank agreement, e.g. ``dataecho.torch.distributed.RankAgreement()``,
             so every DDP rank takes the same decisions and number of steps.
         feed: builds the feed from a ``produce()`` function; default a
-            :class:`~dataecho.prefetch.Prefetcher`. Tests pass a ``SimulatedFeed``.
+            :class:`~dataecho.adaptive.Prefetcher`. Tests pass a ``SimulatedFeed``.
         clock: seconds counter for the stall accounting; default ``time.perf_counter``.
 
     Example:
@@ -109,7 +110,7 @@ class AdaptiveEcho(Stage[T]):
         self.min_fresh = check_positive_int(min_fresh, "min_fresh")
         self.buffer_size = check_positive_int(buffer_size, "buffer_size")
         self.prefetch = check_positive_int(prefetch, "prefetch")
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self.seed = check_seed(seed)
         self.agree: Agreement = agree or alone
         self._make_feed = feed or partial(Prefetcher, depth=self.prefetch, timeout=self.timeout)
@@ -227,10 +228,8 @@ class AdaptiveEcho(Stage[T]):
         return self._feed
 
     def _stop_feed(self, wait: float = 5.0) -> None:
-        if isinstance(self._feed, Prefetcher):
+        if self._feed is not None:
             self._feed.close(wait)
-        elif self._feed is not None:
-            self._feed.close()
 
     def close(self) -> None:
         """Stops the prefetch thread, then closes the upstream; the pass is over."""

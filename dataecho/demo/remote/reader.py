@@ -1,9 +1,9 @@
-"""Reading shards over HTTP: a retrying ``fetch`` and a checkpointable sample source.
+"""Reading shards over HTTP: a ``fetch`` that retries what an object store gets wrong.
 
 Object stores fail transiently (503s, reset connections, bodies cut short), so
 ``fetch`` retries those with exponential backoff and fails at once on client
-errors, which no retry can fix. ``RemoteShards`` is the read-and-decode stage of
-an input pipeline: the stage whose output data echoing repeats.
+errors, which no retry can fix. The demo's checkpointable shard reader,
+:class:`dataecho.demo.stream.ShardStream`, downloads every shard through it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
-
-from dataecho.remote.codec import decode_image
-from dataecho.remote.shards import ShardError, iter_shard, read_index
 
 # 408 and 429 are client-side codes that still mean "try again later", and object
 # stores (GCS, S3) document them as retryable; every other 4xx is final.
@@ -72,7 +65,7 @@ def fetch(url: str, *, retries: int = 5, backoff: float = 0.05, timeout: float =
         FetchError: A 4xx answer (at once) or every attempt failed (after them all).
 
     Example:
-        >>> import tempfile; from pathlib import Path; from dataecho.remote import ShardServer
+        >>> import tempfile; from pathlib import Path; from dataecho.demo.remote import ShardServer
         >>> root = tempfile.mkdtemp(); _ = Path(root, "x.bin").write_bytes(b"abc")
         >>> with ShardServer(root) as server:
         ...     server.fail_next(2)  # two 503s, then the file
@@ -122,82 +115,3 @@ def fetch(url: str, *, retries: int = 5, backoff: float = 0.05, timeout: float =
         f"{last}; check that the server is up, or pass a larger retries or timeout",
         url=url, attempts=retries + 1, status=status,
     )
-
-
-class RemoteShards:
-    """Iterates ``(image, label)`` over the shards of an index served over HTTP.
-
-    Reads ``{url}/{prefix}-index.json`` at construction, then fetches one shard
-    at a time in index order and decodes one image per ``next``. Order is fixed:
-    shuffle downstream. The state is ``{"shard": i, "offset": j}``; restoring
-    refetches shard ``i`` and skips ``j`` samples, so no sample is held in state.
-
-    Args:
-        url: Base URL of the served directory, e.g. ``ShardServer.url``.
-        prefix: Data set name used by ``write_shards``.
-        decode: Yield decoded uint8 arrays (True) or the encoded bytes (False).
-        retries, backoff, timeout: Passed to ``fetch``.
-
-    Example:
-        >>> import tempfile; from dataecho.remote import ShardServer, write_shards
-        >>> root = tempfile.mkdtemp()
-        >>> _ = write_shards(np.eye(3, dtype=np.uint8)[None].repeat(5, 0), np.arange(5), root,
-        ...                  shard_size=2)
-        >>> with ShardServer(root) as server:
-        ...     [label for _, label in RemoteShards(server.url)]
-        [0, 1, 2, 3, 4]
-    """
-
-    def __init__(self, url: str, *, prefix: str = "train", decode: bool = True,
-                 retries: int = 5, backoff: float = 0.05, timeout: float = 30.0) -> None:
-        self._url, self._prefix, self._decode = url.rstrip("/"), prefix, decode
-        self._options: dict[str, Any] = {"retries": retries, "backoff": backoff,
-                                         "timeout": timeout}
-        index = f"{prefix}-index.json"
-        self._shards = read_index(self._fetch(index), index)
-        self._shard, self._offset = 0, 0
-        self._samples: list[tuple[str, bytes, int]] | None = None
-
-    def _fetch(self, name: str) -> bytes:
-        return fetch(f"{self._url}/{name}", **self._options)
-
-    def __len__(self) -> int:
-        return sum(count for _, count in self._shards)
-
-    def __iter__(self) -> RemoteShards:
-        return self
-
-    def __next__(self) -> tuple[np.ndarray | bytes, int]:
-        while self._shard < len(self._shards):
-            name, count = self._shards[self._shard]
-            if self._samples is None:
-                samples = list(iter_shard(self._fetch(name), name))
-                if len(samples) != count:  # kept only once checked: a retry fails again
-                    raise ShardError(f"RemoteShards: shard {name!r} holds "
-                                     f"{len(samples)} samples but the index lists "
-                                     f"{count}; write the shards again")
-                self._samples = samples
-            if self._offset < count:
-                _, image, label = self._samples[self._offset]
-                self._offset += 1
-                return (decode_image(image) if self._decode else image), label
-            self._shard, self._offset, self._samples = self._shard + 1, 0, None
-        raise StopIteration
-
-    def state_dict(self) -> dict[str, int]:
-        """Position of the next sample: shard number and offset within it."""
-        return {"shard": self._shard, "offset": self._offset}
-
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Resumes at a position from ``state_dict``."""
-        shard, offset = int(state["shard"]), int(state["offset"])
-        limit = self._shards[shard][1] if shard < len(self._shards) else 0
-        if not (0 <= shard <= len(self._shards) and 0 <= offset <= limit):
-            raise ValueError(f"RemoteShards.load_state_dict: state must point into the "
-                             f"{len(self._shards)} shards of this index, got {dict(state)}; "
-                             "was it saved from a different data set?")
-        self._shard, self._offset, self._samples = shard, offset, None
-
-    def __repr__(self) -> str:
-        return (f"RemoteShards({self._url!r}, prefix={self._prefix!r}, "
-                f"shards={len(self._shards)}, samples={len(self)}, decode={self._decode})")

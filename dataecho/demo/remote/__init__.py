@@ -1,4 +1,4 @@
-"""A simulated remote object store: tar shards, a throttled HTTP server and a retrying reader.
+"""The demo's simulated remote object store: tar shards, a throttled server, a retrying fetch.
 
 The paper's largest speedup (3.25x for ResNet-50) came from ImageNet read over a
 network, where the input pipeline, not the accelerator, set the pace. This
@@ -7,26 +7,26 @@ subpackage reproduces that setting on one machine:
 * ``write_shards`` turns arrays into WebDataset-style tar shards (PNG + label);
 * ``ShardServer`` serves them on loopback with a shared bandwidth cap, a
   per-request latency and injectable faults;
-* ``fetch`` and ``RemoteShards`` read them back with retries, decoding as they go.
+* ``fetch`` downloads with retries; ``decode_image`` decodes what it read
+  (the demo's ``ShardStream`` reads shards through both).
 
 Only numpy and the standard library are needed; Pillow is imported by the image
 codec when it is first used.
 """
 
-from dataecho.remote.codec import decode_image, encode_image
-from dataecho.remote.reader import FetchError, RemoteShards, fetch
-from dataecho.remote.server import ShardServer
-from dataecho.remote.shards import (
+from .codec import decode_image, encode_image
+from .reader import FetchError, fetch
+from .server import ShardServer
+from .shards import (
     ShardError,
     iter_shard,
     read_index,
     write_shards,
 )
-from dataecho.remote.throttle import Throttle
+from .throttle import Throttle
 
 __all__ = [
     "FetchError",
-    "RemoteShards",
     "ShardError",
     "ShardServer",
     "Throttle",

@@ -32,7 +32,7 @@ class RankAgreement:
     """Combines each rank's vote: min fresh ready, min echo capacity, any ended.
 
     Pass it as ``agree=`` to :class:`~dataecho.adaptive.AdaptiveEcho` or
-    :class:`~dataecho.adaptive_examples.AdaptiveExamples` on every rank. The process
+    :class:`~dataecho.adaptive.AdaptiveExamples` on every rank. The process
     group must be initialised first.
 
     Args:

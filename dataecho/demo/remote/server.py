@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dataecho.remote.throttle import Throttle, check_rate
+from .throttle import Throttle, check_rate
 
 _TYPES = {".tar": "application/x-tar", ".json": "application/json"}
 

@@ -4,9 +4,8 @@ import collections
 
 import pytest
 
-from dataecho.adaptive import AdaptiveEcho
-from dataecho.adaptive_examples import AdaptiveExamples
-from dataecho.policy import EchoBuffer, Plan, SimClock, SimulatedFeed, plan
+from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, EchoBuffer, SimClock, SimulatedFeed
+from dataecho.adaptive.plan import Plan, plan
 from helpers import sim
 
 MAX = 4

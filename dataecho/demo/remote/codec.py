@@ -19,7 +19,7 @@ def _pillow() -> Any:
         from PIL import Image
     except ImportError as error:
         raise ImportError(
-            "dataecho.remote's image codec needs Pillow: `pip install pillow`"
+            "dataecho.demo.remote's image codec needs Pillow: `pip install pillow`"
         ) from error
     return Image
 

@@ -17,10 +17,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._checks import check_positive_int
+from .._checks import check_positive_int, check_timeout
 
 if TYPE_CHECKING:
-    from .stage import Stage, State
+    from ..stage import Stage, State
 
 T = TypeVar("T")
 
@@ -110,7 +110,7 @@ class Prefetcher(Generic[T]):
                  timeout: float | None = 120.0, park_after: float = 1.0,
                  name: str = "dataecho-prefetch") -> None:
         self._ch: _Channel[T] = _Channel(check_positive_int(depth, "prefetch"))
-        self._produce, self.timeout = produce, _check_timeout(timeout)
+        self._produce, self.timeout = produce, check_timeout(timeout)
         self._park_after, self._name = park_after, name
         self._thread: threading.Thread | None = None
         self._finalizer = weakref.finalize(self, self._ch.shut)
@@ -215,13 +215,3 @@ def reader(upstream: Stage[Any], size: Callable[[Any], int]
         item = next(upstream)
         return item, upstream.state_dict(), int(size(item))
     return produce
-
-
-def _check_timeout(timeout: object) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError(
-            f"timeout must be a number of seconds > 0 or None, got {timeout!r}; pass e.g. "
-            "timeout=120, or timeout=None to wait for the upstream forever")
-    return float(timeout)

@@ -1,9 +1,9 @@
-"""Stall accounting: how much of the wall time the consumer spent blocked on data.
+"""Stall accounting around any loader: the share of a loop's time spent waiting for data.
 
 The stall fraction is the quantity PyTorch, Lightning, Ray and TensorFlow profilers
-report as time in the data loader: ``time inside next() / wall time``. An adaptive
-stage reports it through ``timing()``; :class:`Monitor` measures it around any
-loader inside a training loop and logs it periodically.
+report as time in the data loader: ``time inside next() / wall time``.
+:class:`Monitor` measures it around any loader inside a training loop and logs it
+periodically.
 """
 
 from __future__ import annotations
@@ -12,42 +12,11 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from ._checks import check_iterable, check_positive_int
-from .stats import EchoStats
+from .._checks import check_iterable, check_positive_int
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class AdaptiveStats:
-    """Echo counts of an adaptive stage plus the time its consumer spent blocked.
-
-    Example:
-        >>> s = AdaptiveStats(EchoStats(10, 20, 10, 20, None), 20, blocked_s=0.5, wall_s=10.0)
-        >>> s.stall_fraction, s.echo.realised_factor
-        (0.05, 2.0)
-    """
-
-    echo: EchoStats
-    steps: int  # items (or batches) emitted
-    blocked_s: float  # seconds inside next(): waiting, echo bookkeeping, augmentation
-    wall_s: float  # seconds from the first next() to now, or to the end of the data
-
-    @property
-    def stall_fraction(self) -> float:
-        """Share of wall time the consumer was blocked waiting for data; NaN at first."""
-        return self.blocked_s / self.wall_s if self.wall_s > 0 else math.nan
-
-    def as_dict(self) -> dict[str, Any]:
-        """Every number, for logs and JSON."""
-        return {**self.echo.as_dict(), "steps": self.steps, "blocked_s": self.blocked_s,
-                "wall_s": self.wall_s, "stall_fraction": self.stall_fraction}
-
-    def __str__(self) -> str:
-        return (f"{self.echo}, {self.steps:,} steps, stall {self.stall_fraction:.1%} "
-                f"({self.blocked_s:.2f} s blocked of {self.wall_s:.2f} s)")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dataecho.remote.codec import encode_image
+from .codec import encode_image
 
 INDEX_FORMAT = "dataecho-shards/1"
 IMAGE_EXTS = ("png", "jpg", "jpeg")
@@ -39,7 +39,7 @@ class ShardError(ValueError):
     Example:
         >>> list(iter_shard(b"junk", "train-00007.tar"))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        dataecho.remote.shards.ShardError: iter_shard: shard 'train-00007.tar' is not a ...
+        dataecho.demo.remote.shards.ShardError: iter_shard: shard 'train-00007.tar' is not a ...
     """
 
 

@@ -1,0 +1,108 @@
+"""The adaptive echo decision, pure: no threads, no sleeps, no clock of its own.
+
+Whenever the consumer wants data: take the fresh items that are ready, fill the
+shortfall with echoes of recent items while their budget lasts, and wait only when
+neither suffices. The realised factor thus tracks ``R = t_upstream / t_downstream``,
+capped by ``max_factor``, and is exactly 1 when ``R <= 1``. Timing enters only through
+a :class:`Feed`, so :class:`~dataecho.adaptive.sim.SimulatedFeed` replays the
+decisions deterministically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Feed(Protocol[T_co]):
+    """Fresh items produced ahead of the consumer (a thread, or a simulation)."""
+
+    def ready(self) -> int:
+        """Items that ``get`` returns without waiting."""
+        ...
+
+    def finished(self) -> bool:
+        """True once nothing will follow the ready items (upstream over or closed)."""
+        ...
+
+    def wait(self) -> None:
+        """Waits until an item is ready or none will follow, taking nothing.
+
+        Raises TimeoutError where ``get`` would: a hung upstream.
+        """
+        ...
+
+    def get(self) -> T_co:
+        """The next item, waiting if needed; StopIteration at the end."""
+        ...
+
+    def close(self, wait: float = 5.0) -> None:
+        """Stops producing and drops the ready items.
+
+        Waits up to ``wait`` seconds for a producer thread, where there is one, to exit.
+        """
+        ...
+
+
+class Agreement(Protocol):
+    """Combines one vote across DDP ranks: min ready, min capacity, any ended.
+
+    A rank has ``ended`` when it has no fresh item ready and none will come.
+    """
+
+    def __call__(self, ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]: ...
+
+
+def alone(ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
+    """The agreement of a single process: its own vote.
+
+    Example:
+        >>> alone(3, 1, False)
+        (3, 1, False)
+    """
+    return ready, capacity, ended
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do for the items a step still lacks.
+
+    Attributes:
+        fresh: ready fresh items to take now (taking them never waits).
+        echoes: echoes to emit after them.
+        block: wait until one more fresh item is ready (or none will come), taking
+            nothing, then plan again: every take is agreed between ranks.
+        stop: the upstream is over; the step ends with what it has.
+    """
+
+    fresh: int
+    echoes: int = 0
+    block: bool = False
+    stop: bool = False
+
+
+def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
+    """Decides how to fill ``need`` items given an (agreed) vote.
+
+    Fresh items first; echoes only to avoid waiting, and none with a partial budget
+    (one more fresh item is awaited instead, after which the shortfall may fit). Once
+    a rank has ``ended`` (nothing ready, nothing coming) the step stops with what it
+    has: no rank can supply another fresh item in step with the others.
+
+    Example:
+        >>> plan(4, ready=1, capacity=3, ended=False)
+        Plan(fresh=1, echoes=3, block=False, stop=False)
+        >>> plan(4, ready=1, capacity=2, ended=False)
+        Plan(fresh=1, echoes=0, block=True, stop=False)
+    """
+    fresh = min(ready, need)
+    rest = need - fresh
+    if rest == 0:
+        return Plan(fresh)
+    if ended:
+        return Plan(fresh, stop=True)
+    if capacity >= rest:
+        return Plan(fresh, echoes=rest)
+    return Plan(fresh, block=True)

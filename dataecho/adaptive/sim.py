@@ -1,0 +1,111 @@
+"""A simulated clock and feed: the adaptive decisions replayed without threads or sleeps.
+
+:class:`SimulatedFeed` models the prefetch thread exactly on a :class:`SimClock`, so
+tests and ``benchmarks/bursts.py`` can run :class:`~dataecho.adaptive.AdaptiveEcho`
+at any ``R`` deterministically.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SimClock:
+    """A clock that moves only when told: simulated seconds.
+
+    Example:
+        >>> clock = SimClock(); clock.advance(1.5); clock()
+        1.5
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SimulatedFeed(Generic[T]):
+    """A :class:`Feed` whose producer takes ``period(k)`` simulated seconds per item.
+
+    It models the prefetch thread exactly, without one: a producer that starts item
+    ``k`` when item ``k - 1`` is done and the queue of ``depth`` has room, so item
+    ``k`` is ready at ``finish(k) = max(finish(k-1), taken(k-depth)) + period(k)``.
+    Waiting in :meth:`get` or :meth:`wait` moves the shared clock forward to that time.
+
+    Example:
+        >>> clock = SimClock()
+        >>> feed = SimulatedFeed(iter("ab").__next__, period=2.0, clock=clock)
+        >>> feed.ready(), feed.get(), clock()
+        (0, 'a', 2.0)
+    """
+
+    def __init__(self, produce: Callable[[], T], *, period: float | Callable[[int], float],
+                 clock: SimClock, depth: int = 2) -> None:
+        self._produce, self._clock, self._depth = produce, clock, depth
+        self._period = period if callable(period) else (lambda k, p=float(period): p)
+        self._queue: deque[T] = deque()
+        self._taken: list[float] = []  # when each item left the queue
+        self._produced, self._last = 0, 0.0
+        self._pending: tuple[T, float] | None = None  # item in production, its finish
+        self._ended = False
+
+    def _start(self) -> float | None:
+        k = self._produced
+        if k >= self._depth and k - self._depth >= len(self._taken):
+            return None  # queue full: the producer waits for the consumer
+        room = self._taken[k - self._depth] if k >= self._depth else 0.0
+        return max(self._last, room)
+
+    def _advance(self) -> float | None:
+        """Produces up to now; returns the time of the next event, if any."""
+        while not self._ended:
+            if self._pending is None:
+                start = self._start()
+                if start is None or start > self._clock():
+                    return start
+                try:
+                    item = self._produce()
+                except StopIteration:
+                    self._ended = True
+                    return None
+                self._pending = (item, start + self._period(self._produced))
+            item, finish = self._pending
+            if finish > self._clock():
+                return finish
+            self._queue.append(item)
+            self._pending, self._produced, self._last = None, self._produced + 1, finish
+        return None
+
+    def ready(self) -> int:
+        self._advance()
+        return len(self._queue)
+
+    def finished(self) -> bool:
+        self._advance()
+        return self._ended
+
+    def wait(self) -> None:
+        while True:
+            next_event = self._advance()
+            if self._queue or next_event is None:
+                return
+            self._clock.now = max(self._clock.now, next_event)  # the consumer waits
+
+    def get(self) -> T:
+        self.wait()
+        if not self._queue:
+            raise StopIteration
+        self._taken.append(self._clock())
+        return self._queue.popleft()
+
+    def close(self, wait: float = 5.0) -> None:  # no thread: nothing to wait for
+        self._queue.clear()
+        self._ended = True

@@ -1,0 +1,19 @@
+"""Is a job input-bound, and how much should it echo? Measure ``R``, then advise.
+
+``R = t_upstream / t_downstream``: the loader's time per batch over the training
+step's time. Echoing pays only when ``R > 1``, and a factor ``e`` is free only while
+``e <= R`` (Choi et al., 2019): one upstream batch plus ``e`` steps take
+``max(t_up, e * t_down)``.
+
+Modules: ``measure`` (:func:`profile` and its :class:`Profile`), ``advice``
+(:func:`recommend`, :func:`fixed_factor`), ``monitor`` (:class:`Monitor`, which logs the
+same numbers inside a training loop, and its :class:`LoopTiming`) and ``cli``
+(``dataecho profile``, :func:`main`).
+"""
+
+from .advice import fixed_factor, recommend
+from .cli import main
+from .measure import Profile, profile
+from .monitor import LoopTiming, Monitor
+
+__all__ = ["LoopTiming", "Monitor", "Profile", "fixed_factor", "main", "profile", "recommend"]

@@ -1,0 +1,114 @@
+"""Advice from ``R``: whether to echo, which variant, and the largest free factor.
+
+Echoing pays only when ``R > 1``, and a factor ``e`` is free only while ``e <= R``
+(Choi et al., 2019): one upstream batch plus ``e`` steps take ``max(t_up, e * t_down)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+
+from .._checks import check_positive_int
+from ..adaptive import DEFAULT_MAX_FACTOR
+
+
+def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
+    """The largest factor ``e <= R`` on a quarter step, capped at ``max_factor``.
+
+    Quarter steps (1.25, 1.5, ...) from ``R = 1.25`` up; below it, where no quarter
+    step above 1 fits, the largest hundredth step (``R = 1.1`` gives 1.1), so a job
+    that is only slightly input-bound still gets a factor above 1 (any ``e >= 1`` is
+    allowed). 1.0 (no echoing) for ``R < 1.01`` and for a ``R`` that is not a number.
+
+    Example:
+        >>> fixed_factor(2.7), fixed_factor(9.0), fixed_factor(0.5), fixed_factor(1.13)
+        (2.5, 4.0, 1.0, 1.13)
+    """
+    max_factor = check_positive_int(max_factor, "max_factor")
+    if math.isnan(ratio):
+        return 1.0
+    if ratio >= 1.25:
+        e = math.floor(min(ratio, max_factor) * 4) / 4
+    else:  # + 1e-9: 1.15 * 100 is 114.999..., yet 1.15 <= R = 1.15
+        e = math.floor(ratio * 100 + 1e-9) / 100
+    return max(1.0, min(float(max_factor), e))
+
+
+def recommend(ratio: float, stall_fraction: float = math.nan, *,
+              max_factor: int = DEFAULT_MAX_FACTOR) -> str:
+    """Plain-text advice: input-bound or not, which variant and factor, the bound.
+
+    ``R > 1`` is input-bound; the factor is :func:`fixed_factor`. An infinite ``R``
+    (a step measured at 0 s) or a NaN one gets advice to measure again, not a factor.
+
+    Example:
+        >>> print(recommend(0.5).splitlines()[0])
+        Not input-bound: R = 0.50, the loader keeps up with the step.
+        >>> print(recommend(1.2).splitlines()[1])  # doctest: +ELLIPSIS
+        Fixed factor: e = 1.2. Rule e <= R: ...
+    """
+    max_factor = check_positive_int(max_factor, "max_factor")
+    ratio = _check_real(ratio, "ratio", "R = t_upstream / t_downstream, e.g. ratio=2.5")
+    stall_fraction = _check_real(stall_fraction, "stall_fraction",
+                                 "a share in [0, 1], or leave it out")
+    if math.isnan(ratio):
+        return ("R is undefined (NaN, not a number): there are no valid loader and step "
+                "times to compare, so there is no basis for advice.\n"
+                "Profile again with the real loader and training step (or --step-ms with "
+                "the step's duration) and enough batches to time.")
+    if ratio < 0:
+        raise ValueError(f"ratio must be >= 0 (R = t_upstream / t_downstream, a ratio of "
+                         f"two durations), got {ratio!r}; pass the measured R, e.g. "
+                         "Profile.ratio")
+    if math.isinf(ratio):
+        return ("R is infinite: the training step measured 0 s per call (t_downstream = "
+                "0), so R = t_upstream / t_downstream cannot pick a factor.\n"
+                "Time the real step: pass the training step function (--step MODULE:NAME), "
+                "or its duration (--step-ms, greater than 0), and profile again.")
+    if ratio <= 1.0:
+        return (f"Not input-bound: R = {ratio:.2f}, the loader keeps up with the step.\n"
+                "Echoing cannot make this job faster (echoed steps are free only while "
+                "e <= R) and would only repeat data: speed up the step instead.")
+    e = fixed_factor(ratio, max_factor)
+    if max_factor == 1:
+        return (f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator "
+                f"idles {1 - 1 / ratio:.0%} of the time.\n"
+                f"max_factor=1 rules out echoing; pass a larger max_factor (e <= R allows "
+                f"up to e = {fixed_factor(ratio, sys.maxsize):g}) for a recommended factor.")
+    if e <= 1.0:  # 1 < R < 1.01
+        return (f"Barely input-bound: R = {ratio:.4f}; with reading overlapped the "
+                f"accelerator idles {1 - 1 / ratio:.2%} of the time.\n"
+                "Echoing could gain under 1% (the largest hundredth-step factor e <= R is "
+                "1, no echoing): leave it off, or speed up the loader.")
+    stall = "" if math.isnan(stall_fraction) else (
+        f"; a plain loop measured {stall_fraction:.0%} stall")
+    if stall_fraction > 1 - 1 / ratio + 0.03:  # above the overlapped bound
+        stall += (", so the loader reads inside the loop: overlapping it (DataLoader "
+                  "workers, or AdaptiveEcho's prefetch thread) comes first")
+    cap = (f" (capped at max_factor={max_factor}: the paper's gains flatten beyond "
+           "4-8 and about 4 repeats are nearly as good as fresh data; try up to "
+           f"{fixed_factor(ratio, sys.maxsize):g} if validation quality holds)"
+           ) if ratio > max_factor else ""
+    return "\n".join([
+        f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator idles "
+        f"{1 - 1 / ratio:.0%} of the time{stall}.",
+        f"Fixed factor: e = {e:g}{cap}. Rule e <= R: one upstream batch plus e steps take "
+        "max(t_up, e * t_down), so echoed steps are free only while e <= R.",
+        f"Expected speedup: at most min(R, e) = {min(ratio, e):.2f}x steps per second; "
+        "since echoed data is worth less than fresh, time to a target gains less.",
+        "Variant: example echoing before augmentation, the paper's best: "
+        f"dataecho.pipeline(data, augment=..., echo='before_augmentation', factor={e:g}); "
+        f"holding only a loader of batches, batch echoing: EchoBatches(loader, factor={e:g}).",
+        f"Fixed or adaptive: factor='auto' (max_factor={max_factor}) echoes only while the "
+        "next fresh batch is late and follows R as it drifts, but is not bit-reproducible; "
+        "a fixed factor is.",
+    ])
+
+
+def _check_real(value: object, name: str, hint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type "
+                        f"{type(value).__name__}; pass {hint}")
+    return float(value)

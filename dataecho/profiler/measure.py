@@ -1,0 +1,152 @@
+"""Measuring ``R``: the loader alone, the step alone, then both in a plain loop.
+
+``R = t_upstream / t_downstream``: the loader's time per batch over the training
+step's time. :func:`profile` returns a :class:`Profile` of the three timings, whose
+``recommendation()`` is :func:`~dataecho.profiler.recommend`'s advice.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .._checks import check_iterable, check_positive_int
+from ..adaptive import DEFAULT_MAX_FACTOR
+from .advice import recommend
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured times of a loader and a training step, and what they imply.
+
+    Example:
+        >>> from dataecho.profiler import fixed_factor
+        >>> p = Profile(upstream_s=0.04, downstream_s=0.01, stall_fraction=0.8, batches=50)
+        >>> round(p.ratio, 2), fixed_factor(p.ratio)
+        (4.0, 4.0)
+    """
+
+    upstream_s: float  # seconds per batch reading the loader alone, after warm-up
+    downstream_s: float  # seconds per step on one cached batch
+    stall_fraction: float  # share of a plain loop's time spent inside next()
+    batches: int  # batches timed per phase
+    startup_s: float = 0.0  # seconds to the first batch (worker start, first read)
+
+    @property
+    def ratio(self) -> float:
+        """``R = t_upstream / t_downstream``."""
+        return self.upstream_s / self.downstream_s if self.downstream_s > 0 else math.inf
+
+    def recommendation(self, max_factor: int = DEFAULT_MAX_FACTOR) -> str:
+        """Advice on whether, how and how much to echo; see :func:`recommend`."""
+        return recommend(self.ratio, self.stall_fraction, max_factor=max_factor)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every number plus R, for logs and JSON."""
+        return {**asdict(self), "ratio": self.ratio}
+
+    def __str__(self) -> str:
+        return "\n".join([
+            f"upstream    {1e3 * self.upstream_s:8.2f} ms per batch (loader alone, "
+            f"{self.batches} batches; first batch after {self.startup_s:.2f} s)",
+            f"downstream  {1e3 * self.downstream_s:8.2f} ms per step (step alone)",
+            f"R           {self.ratio:8.2f}    t_upstream / t_downstream",
+            f"stall       {self.stall_fraction:8.1%}    of a plain loop's time inside next()",
+        ])
+
+
+def _check_step(step: object) -> float:
+    """``step`` given as a duration: a finite real >= 0 in seconds."""
+    if isinstance(step, bool) or not isinstance(step, numbers.Real):
+        raise TypeError(
+            f"step must be the training step, callable as step(batch), or its duration in "
+            f"seconds >= 0, got {step!r} of type {type(step).__name__}; pass the step "
+            "function or a duration such as step=0.01")
+    seconds = float(step)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(
+            f"step must be a finite duration in seconds >= 0 (or the step function), got "
+            f"{seconds!r}; pass the step's measured duration, e.g. step=0.01 for 10 ms")
+    return seconds
+
+
+def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
+            batches: int = 50, warmup: int = 3, steps: int = 20) -> Profile:
+    """Times the loader alone, the step alone, then both in a plain loop.
+
+    Args:
+        loader: any iterable of batches; iterated twice (once for each timed pass).
+        step: the training step ``step(batch)``, or its duration in seconds.
+        batches: batches timed in each loader pass.
+        warmup: batches (and steps) run untimed first.
+        steps: step calls timed on one cached batch.
+
+    Example:
+        >>> p = profile(range(100), step=0.001, batches=5, warmup=1, steps=5)
+        >>> p.ratio < 1, p.batches
+        (True, 5)
+    """
+    check_iterable(loader, "loader")
+    batches = check_positive_int(batches, "batches")
+    warmup = check_positive_int(warmup, "warmup", minimum=0)
+    steps = check_positive_int(steps, "steps")
+    run = step if callable(step) else _sleep(_check_step(step))
+    it = iter(loader)
+    start = time.perf_counter()
+    try:
+        batch = next(it)
+    except StopIteration:
+        raise ValueError(
+            f"loader must yield at least warmup + 2 = {warmup + 2} batches (the first, "
+            f"{warmup} warm-up, 1 or more timed), but it yielded none; pass a loader over a "
+            "non-empty data set (and not an iterator that was already used up)") from None
+    startup = time.perf_counter() - start
+    for item in _take(it, warmup):
+        batch = item
+    start, n = time.perf_counter(), 0
+    for item in _take(it, batches):
+        batch, n = item, n + 1
+    if n == 0:
+        raise ValueError(f"loader ran out after {warmup + 1} batches; pass a smaller "
+                         "warmup or a longer loader")
+    upstream = (time.perf_counter() - start) / n
+    for _ in range(warmup):
+        run(batch)
+    start = time.perf_counter()
+    for _ in range(steps):
+        run(batch)
+    downstream = (time.perf_counter() - start) / steps
+    return Profile(upstream, downstream, _stall(iter(loader), run, n, warmup), n, startup)
+
+
+def _stall(it: Iterator[Any], run: Callable[[Any], object], n: int, warmup: int) -> float:
+    for batch in _take(it, warmup):
+        run(batch)
+    blocked, start, count = 0.0, time.perf_counter(), 0
+    while count < n:
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        blocked += time.perf_counter() - t
+        run(batch)
+        count += 1
+    wall = time.perf_counter() - start
+    return blocked / wall if count and wall > 0 else math.nan
+
+
+def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
+    for _ in range(n):
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+
+
+def _sleep(seconds: float) -> Callable[[Any], object]:
+    return lambda _: time.sleep(seconds)
