@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import check_bool, check_callable, check_positive_int
 from .iterable import as_stage
 from .stage import Stage, State, read_into
 
@@ -76,12 +76,9 @@ class Batch(Stage[Any]):
     ) -> None:
         self.upstream = as_stage(upstream)
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.drop_last = bool(drop_last)
-        if collate is not None and not callable(collate):
-            raise TypeError(
-                f"collate must be callable as collate(list_of_examples), got "
-                f"{type(collate).__name__}; pass a function or None for the default"
-            )
+        self.drop_last = check_bool(drop_last, "drop_last")
+        check_callable(collate, "collate", "collate(list_of_examples)",
+                       "pass a function, or None for the default numpy collate")
         self.collate: Callable[[list[Any]], Any] = collate or _default_collate
         self.batches = 0  # batches emitted
         self.examples = 0  # examples in them

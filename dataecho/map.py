@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from . import _rng
-from ._checks import check_seed
+from ._checks import check_bool, check_callable, check_seed
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -47,15 +47,11 @@ class Map(Stage[U]):
         seed: int = 0,
         random: bool | None = None,
     ) -> None:
-        if not callable(fn):
-            raise TypeError(
-                f"fn must be callable as fn(item) or fn(item, rng), got "
-                f"{type(fn).__name__}; pass a function"
-            )
+        check_callable(fn, "fn", "fn(item) or fn(item, rng)", optional=False)
         self.upstream = as_stage(upstream)
         self.fn = fn
         self.seed = check_seed(seed)
-        self.random = _takes_rng(fn) if random is None else bool(random)
+        self.random = _takes_rng(fn) if random is None else check_bool(random, "random")
         self._stream = _rng.Stream(self.seed, _rng.MAP)
         self._position = 0
 

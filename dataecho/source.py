@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -68,7 +68,7 @@ class Source(Stage[T]):
         self.size = len(data)
         if self.size == 0:
             raise ValueError("data is empty (len(data) == 0); pass a data set with examples")
-        self.shuffle = bool(shuffle)
+        self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_seed(seed)
         self.num_epochs = None if num_epochs is None else check_positive_int(
             num_epochs, "num_epochs")
@@ -80,7 +80,7 @@ class Source(Stage[T]):
                 f"shard_index must be in [0, num_shards={self.num_shards}), got "
                 f"{self.shard_index}; pass rank * num_workers + worker_id"
             )
-        self.drop_remainder = bool(drop_remainder)
+        self.drop_remainder = check_bool(drop_remainder, "drop_remainder")
         usable = self.size - self.size % self.num_shards if drop_remainder else self.size
         if usable <= self.shard_index:
             raise ValueError(

@@ -140,7 +140,7 @@ def test_adaptive_echo_behind_a_shuffle_of_batches_counts_each_batch_by_its_own_
 
 
 def test_size_that_is_not_callable_is_rejected_at_construction():
-    with pytest.raises(TypeError, match=r"size must be callable as size\(item\).*got str; "
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\).* of type str; "
                                         "pass a function such as len"):
         Echo([1], 2, size="len")
 
