@@ -66,28 +66,26 @@ class Map(Stage[U]):
     def _config(self) -> dict[str, Any]:
         return {"fn": _name(self.fn), "seed": self.seed, "random": self.random}
 
-    def _get_state(self) -> State:
-        return {"upstream": self.upstream.state_dict(), "position": self._position}
-
     def _snapshot(self) -> Any:
         return (self._position, self.upstream._snapshot())
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "Map", "version": self.VERSION, "config": self._config(),
-                "upstream": self.upstream._expand(token[1]), "position": token[0]}
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token[1]), "position": token[0]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self._position = int(state["position"])
 
     def _repr_args(self) -> dict[str, Any]:
-        cfg = self._config()
-        return cfg if self.random else {"fn": cfg["fn"]}
+        fn = _Bare(self._cfg["fn"])
+        return {**self._cfg, "fn": fn} if self.random else {"fn": fn}
+
+
+class _Bare(str):
+    """A function's name, shown bare in a repr: ``fn=flip``, not ``fn='flip'``."""
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v}" if k == "fn" else f"{k}={v!r}"
-                         for k, v in self._repr_args().items())
-        return f"Map({self.upstream!r}, {args})"
+        return str(self)
 
 
 def _name(fn: Callable[..., Any]) -> str:
