@@ -55,7 +55,6 @@ class Stage(Iterator[T_co], ABC):
         # The parameters never change after construction: built once, not per state.
         return self._config()
 
-    @abstractmethod
     def _snapshot(self) -> Any:
         """A cheap token of the current state, which :meth:`_state` turns into its body.
 
@@ -63,6 +62,8 @@ class Stage(Iterator[T_co], ABC):
         upstream of one return plain tuples here and build dicts in :meth:`_state`,
         only when a checkpoint is actually taken. Others return the body itself.
         """
+        # Stages written against the earlier contract name this hook _get_state.
+        return self._get_state()  # type: ignore[attr-defined]
 
     def _state(self, token: Any) -> State:
         """The body of the state (counters, upstream state) that ``token`` stands for."""
