@@ -222,10 +222,8 @@ def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:
     exactly the copies the stage would.
 
     Example:
-        >>> from itertools import groupby
-        >>> copies_at(1.5, 0, np.arange(6)).tolist() == [
-        ...     len(list(g)) for _, g in groupby(Echo(range(6), 1.5, seed=0))]
-        True
+        >>> copies_at(1.5, 0, np.arange(6)).tolist()
+        [1, 2, 1, 2, 2, 2]
     """
     factor = check_factor(factor)
     seed = check_seed(seed)

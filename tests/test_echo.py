@@ -206,3 +206,10 @@ def test_batches_of_nested_dicts_count_their_examples():
     assert len(list(stage)) == 4
     stats = stage.stats()
     assert (stats.fresh_examples, stats.emitted_examples) == (8, 16)
+
+
+def test_copies_at_looks_up_the_copies_the_stage_makes():
+    from itertools import groupby
+    made = [len(list(g)) for _, g in groupby(Echo(range(5000), 1.5, seed=4))]
+    indices = np.array([4999, 0, 4096, 4095, 17, 17])
+    assert copies_at(1.5, 4, indices).tolist() == [made[i] for i in indices]
