@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from functools import cached_property
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -50,10 +49,17 @@ class Stage(Iterator[T_co], ABC):
     def _config(self) -> dict[str, Any]:
         """The parameters that decide this stage's output (JSON values)."""
 
-    @cached_property
+    _config_once: dict[str, Any] | None = None
+
+    @property
     def _cfg(self) -> dict[str, Any]:
         # The parameters never change after construction: built once, not per state.
-        return self._config()
+        # (Not a cached_property: writing through __dict__ slows every attribute read
+        # of the instance afterwards, __next__'s included.)
+        cfg = self._config_once
+        if cfg is None:
+            cfg = self._config_once = self._config()
+        return cfg
 
     def _snapshot(self) -> Any:
         """A cheap token of the current state, which :meth:`_state` turns into its body.
