@@ -38,12 +38,9 @@ class Echo(Stage[T]):
             other iterables are restored by re-iterating them.
         factor: copies per item, a real number >= 1; 1 is a pass-through.
         seed: seed of the fractional draws.
-        size: number of examples in an item, for accounting. By default 1 per item, or
-            the batch's size when a ``Batch`` stage is upstream (batch echoing): the
-            ``Batch``'s own count when only ``Map`` stages stand between, else the
-            item measured by :func:`dataecho.sizes.batch_len`, since a stage that
-            reads ahead (a ``Shuffle`` of batches) yields batches the ``Batch`` made
-            before its latest one. Pass ``size`` when batches are laid out otherwise.
+        size: examples in an item, for accounting. By default 1, or the batch's size
+            when a ``Batch`` is upstream (measured by :func:`dataecho.sizes.batch_len`
+            when a stage between reads ahead); pass it for other batch layouts.
 
     Example:
         >>> list(Echo(["a", "b"], factor=3))
