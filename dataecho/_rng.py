@@ -109,6 +109,7 @@ class Stream:
     """
 
     def __init__(self, seed: int, tag: int) -> None:
+        self._key = (seed, tag)
         self._bits = np.random.PCG64(np.random.SeedSequence([seed, tag]))
         self._start = self._bits.state
         self._generator = np.random.Generator(self._bits)
@@ -124,6 +125,11 @@ class Stream:
         self._direct = words is not None and list(words) == [
             start & _LOW, start >> 64, inc & _LOW, inc >> 64]
         self._head, self._words = head, words
+
+    def __reduce__(self) -> tuple[type[Stream], tuple[int, int]]:
+        # A copy (pickle, deepcopy, a spawned DataLoader worker) must get its own state
+        # pointers, never this generator's memory.
+        return (Stream, self._key)
 
     def at(self, position: int) -> np.random.Generator:
         """The generator positioned at the start of substream ``position``."""

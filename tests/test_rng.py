@@ -59,3 +59,15 @@ def test_stream_golden_values():
     assert Stream(7, _rng.MAP).at(123456).random() == 0.33626914983648926
     assert Stream(3, _rng.ADAPTIVE_PICKS).at(10).integers(0, 2**32, size=3).tolist() == \
         [1120714498, 3371730910, 2019201995]
+
+
+def test_a_copied_stream_draws_the_same_numbers_on_its_own_generator():
+    import copy
+    import pickle
+    stream = Stream(4, _rng.MAP)
+    stream.at(0)
+    stream.at(1)
+    for clone in (copy.deepcopy(stream), pickle.loads(pickle.dumps(stream))):
+        assert clone.at(2).random() == reference(4, _rng.MAP, 2).random()
+        assert clone.at(3).random() == reference(4, _rng.MAP, 3).random()
+        assert stream.at(2).random() == reference(4, _rng.MAP, 2).random()
