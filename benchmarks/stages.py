@@ -111,6 +111,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.items)))
         return
+    load = os.getloadavg()[0]
     runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory() as tmp:
         roots = {"base": unpack_base(args.base, Path(tmp)), "this": ROOT}
@@ -129,14 +130,16 @@ def main() -> None:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
     result = {"machine": platform.platform(), "python": platform.python_version(),
-              "cpus": os.cpu_count(), "base": args.base, "this": head, "items": args.items,
+              "cpus": os.cpu_count(), "load_average": load, "base": args.base, "this": head,
+              "items": args.items,
               "repeats": args.repeats, "median_us_per_item": rows, "runs": runs}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "stages.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Stage cost (benchmarks/stages.py)", "",
              f"{args.items:,} items; median of {args.repeats} alternating runs per version, "
-             f"each the best of 3 passes; {result['machine']}, {result['cpus']} CPUs, "
-             f"Python {result['python']}. Base is commit {args.base}, this is {head} "
+             f"each the best of 3 passes; {result['machine']}, {result['cpus']} CPUs "
+             f"(load average {load:.1f} at the start), Python {result['python']}. "
+             f"Base is commit {args.base}, this is {head} "
              "(plus uncommitted changes, if any). µs per emitted item (per input item for "
              "Batch); checkpoint rows are µs per call; overhead is the stage's time less "
              "plain iteration of what it emits.", "",
