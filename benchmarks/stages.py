@@ -1,30 +1,36 @@
-"""Per-item overhead of the stages, against plain Python iteration in the same run.
+"""Per-item cost of the stages, this checkout against a base commit, in one run.
 
-Usage: python benchmarks/stages.py [--items 200000] [--repeats 7]
+Usage: python benchmarks/stages.py [--base 4112318] [--items 200000] [--repeats 7]
 
-Each stage iterates N items; the baseline iterates a list of exactly the items the stage
-emits. Overhead = (stage time - baseline time) / emitted items, best of R repeats (the
-minimum is the least disturbed by other jobs on a shared machine). Batch echoing is
-measured on real DataLoader batches: overhead per batch, and as a share of a 10 ms step.
-Counter-keyed randomness (``Map``'s per-item generator, ``AdaptiveEcho``'s pick) is
-measured as a jump into one stream against seeding a new generator per position, the
-design it replaced. Writes benchmarks/results/stages.json and .md.
+The base commit's ``dataecho/`` is unpacked with ``git archive`` into a temporary
+folder. Each repeat runs one child process per version, alternating base and this
+checkout, so both see the same load from other jobs on a shared machine. A child
+times every case (best of 3 passes over N items) against plain iteration of a list of
+what the case emits; the table reports medians over the repeats, in µs per emitted
+item (per input item for ``Batch``), and the ratio this / base (the median of the
+ratios of runs made back to back, and of the fastest runs). Checkpoint rows time
+one ``state_dict()`` or ``_snapshot()`` call. Writes benchmarks/results/stages.json
+and .md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import dataecho
-from dataecho import Batch, Echo, Map, Shuffle
-
-RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def drain(it: Iterable[Any]) -> int:
@@ -34,83 +40,20 @@ def drain(it: Iterable[Any]) -> int:
     return n
 
 
-def best(fn: Callable[[], Any], repeats: int) -> float:
+def best(fn: Callable[[], Any], passes: int = 3) -> float:
     times = []
-    for _ in range(repeats):
+    for _ in range(passes):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
 
 
-def overhead(make: Callable[[], Iterable[Any]], emitted: list[Any], repeats: int) -> dict[str, Any]:
-    n = len(emitted)
-    t_stage = best(lambda: drain(make()), repeats)
-    t_plain = best(lambda: drain(emitted), repeats)
-    return {"emitted": n, "stage_ns_per_item": 1e9 * t_stage / n,
-            "plain_ns_per_item": 1e9 * t_plain / n,
-            "overhead_ns_per_item": 1e9 * (t_stage - t_plain) / n}
+def measure(n: int) -> dict[str, float]:
+    """µs per item of every case, for the ``dataecho`` on ``sys.path`` (a child's job)."""
+    from dataecho import Batch, Echo, Map, Shuffle, Source
 
-
-def class_iterator_ns(items: list[int], repeats: int) -> float:
-    class Wrap:  # the cheapest stage one can write: the floor for any iterator class
-        def __init__(self, it: Iterable[int]) -> None:
-            self.it = iter(it)
-
-        def __iter__(self) -> Wrap:
-            return self
-
-        def __next__(self) -> int:
-            return next(self.it)
-
-    return 1e9 * best(lambda: drain(Wrap(items)), repeats) / len(items)
-
-
-def batch_echo(repeats: int) -> dict[str, Any]:
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from dataecho.torch import EchoBatches
-
-    data = TensorDataset(torch.randn(128 * 200, 3, 32, 32), torch.randint(0, 10, (128 * 200,)))
-    batches = list(DataLoader(data, batch_size=128))
-    emitted = [b for b in batches for _ in range(2)]
-    t_stage = best(lambda: drain(EchoBatches(batches, 2)), repeats)
-    t_plain = best(lambda: drain(emitted), repeats)
-    per_batch_us = 1e6 * (t_stage - t_plain) / len(emitted)
-    return {"batches": len(emitted), "overhead_us_per_batch": per_batch_us,
-            "share_of_10ms_step_percent": 100 * per_batch_us / 10_000}
-
-
-def generators(repeats: int, n: int = 20_000) -> dict[str, float]:
-    """µs per position for a generator keyed by (seed, tag, position), one draw each."""
-    from dataecho import _rng
-
-    stream = _rng.Stream(0, _rng.MAP)
-
-    def jump() -> None:
-        for k in range(n):
-            stream.at(k).random()
-
-    def seeded() -> None:
-        for k in range(n):
-            _rng.rng(0, _rng.MAP, k).random()
-
-    return {"jump_us": 1e6 * best(jump, repeats) / n,
-            "new_generator_us": 1e6 * best(seeded, repeats) / n}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--items", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
-    items = list(range(args.items))
-    n, r = args.items, args.repeats
-
-    def emitted_by(make: Callable[[], Iterable[Any]]) -> list[Any]:
-        return list(make())
-
+    items = list(range(n))
     cases: dict[str, Callable[[], Iterable[Any]]] = {
         "Echo factor 1 (pass-through)": lambda: Echo(items, 1),
         "Echo factor 2": lambda: Echo(items, 2),
@@ -118,48 +61,101 @@ def main() -> None:
         "Shuffle buffer 1000": lambda: Shuffle(items, 1000),
         "Shuffle buffer 10000 after Echo factor 2": lambda: Shuffle(Echo(items, 2), 10_000),
         "Batch 128 (collate=list)": lambda: Batch(items, 128, collate=list),
-        "Map with a generator per item (fn(item, rng))": lambda: Map(
-            items, lambda x, rng: x, seed=0),
+        "Map fn(item)": lambda: Map(items, lambda x: x),
+        "Map fn(item, rng), a generator per item": lambda: Map(items, lambda x, rng: x),
     }
-    rows = {}
+    out = {"plain iteration": 1e6 * best(lambda: drain(items)) / n}
     for name, make in cases.items():
-        rows[name] = overhead(make, emitted_by(make), r)
-        # Batch emits n/128 lists: report its cost per input item instead.
-        if name.startswith("Batch"):
-            t_stage = best(lambda make=make: drain(make()), r)
-            t_plain = best(lambda: drain(items), r)
-            rows[name] = {"emitted": n, "stage_ns_per_item": 1e9 * t_stage / n,
-                          "plain_ns_per_item": 1e9 * t_plain / n,
-                          "overhead_ns_per_item": 1e9 * (t_stage - t_plain) / n}
-        print(f"{name:52s} {rows[name]['overhead_ns_per_item']:8.1f} ns/item over plain "
-              f"({rows[name]['plain_ns_per_item']:.1f} ns)")
-    result = {
-        "machine": platform.platform(), "python": platform.python_version(),
-        "dataecho": dataecho.__version__, "items": n, "repeats": r,
-        "plain_iteration_ns_per_item": 1e9 * best(lambda: drain(items), r) / n,
-        "class_iterator_ns_per_item": class_iterator_ns(items, r),
-        "stages": rows, "batch_echo_dataloader": batch_echo(r),
-        "generator_per_position": generators(r),
-    }
-    be, gen = result["batch_echo_dataloader"], result["generator_per_position"]
-    print(f"batch echoing: {be['overhead_us_per_batch']:.2f} us/batch = "
-          f"{be['share_of_10ms_step_percent']:.4f}% of a 10 ms step")
+        emitted = items if name.startswith("Batch") else list(make())
+        t_stage, t_plain = best(lambda make=make: drain(make())), best(lambda e=emitted: drain(e))
+        out[name] = 1e6 * t_stage / len(emitted)
+        out[name + " (overhead)"] = 1e6 * (t_stage - t_plain) / len(emitted)
+    calls = max(n // 10, 1)
+    for name, make in {"Map(Source)": lambda: Map(Source(range(100)), abs),
+                       "Batch(Map(Source))": lambda: Batch(Map(Source(range(100)), abs), 4),
+                       "Echo(Source) factor 2": lambda: Echo(Source(range(100)), 2)}.items():
+        stage = make()
+        next(stage)
+        for method in ("state_dict", "_snapshot"):
+            call = getattr(stage, method)
+            out[f"{name}.{method}()"] = 1e6 * best(
+                lambda call=call: [call() for _ in range(calls)]) / calls
+    return out
+
+
+def unpack_base(commit: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "dataecho"],
+                             check=True, capture_output=True).stdout
+    path = into / "base.tar"
+    path.write_bytes(archive)
+    with tarfile.open(path) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def child(root: Path, n: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, __file__, "--child", "--items", str(n)], env=env,
+                          check=True, capture_output=True, text=True, cwd=root)
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base", default="4112318", help="the commit to compare against")
+    parser.add_argument("--items", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.items)))
+        return
+    load = os.getloadavg()[0]
+    runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {"base": unpack_base(args.base, Path(tmp)), "this": ROOT}
+        for r in range(args.repeats):
+            for version in ("base", "this") if r % 2 == 0 else ("this", "base"):
+                runs[version].append(child(roots[version], args.items))
+            print(f"repeat {r + 1}/{args.repeats} done", file=sys.stderr)
+    rows = {}
+    for name in runs["this"][0]:
+        base, this = ([run[name] for run in runs[v]] for v in ("base", "this"))
+        # Runs r of both versions ran back to back: their ratio cancels most of the
+        # load that other jobs put on a shared machine, which drifts over minutes.
+        rows[name] = {"base": statistics.median(base), "this": statistics.median(this),
+                      "ratio": statistics.median(t / b for t, b in zip(this, base, strict=True)),
+                      "best_ratio": min(this) / min(base)}
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    result = {"machine": platform.platform(), "python": platform.python_version(),
+              "cpus": os.cpu_count(), "load_average": load, "base": args.base, "this": head,
+              "items": args.items,
+              "repeats": args.repeats, "median_us_per_item": rows, "runs": runs}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "stages.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# Stage overhead (benchmarks/stages.py)", "",
-             f"{n:,} items, best of {r}; {result['machine']}, Python {result['python']}.",
-             f"Plain iteration: {result['plain_iteration_ns_per_item']:.1f} ns/item; "
-             f"a minimal iterator class: {result['class_iterator_ns_per_item']:.1f} ns/item.", "",
-             "| stage | ns/item | plain ns/item | overhead ns/item |", "|---|---:|---:|---:|"]
-    lines += [f"| {k} | {v['stage_ns_per_item']:.1f} | {v['plain_ns_per_item']:.1f} | "
-              f"{v['overhead_ns_per_item']:.1f} |" for k, v in rows.items()]
-    lines += ["", f"Batch echoing (EchoBatches, factor 2, 128x3x32x32 batches): "
-              f"{be['overhead_us_per_batch']:.2f} µs per batch = "
-              f"{be['share_of_10ms_step_percent']:.4f}% of a 10 ms training step.",
-              "", f"A generator per position (seed, tag, k), one draw: jump into one "
-              f"stream {gen['jump_us']:.2f} µs, a newly seeded generator "
-              f"{gen['new_generator_us']:.2f} µs.", ""]
-    (RESULTS / "stages.md").write_text("\n".join(lines))
+    lines = ["# Stage cost (benchmarks/stages.py)", "",
+             f"{args.items:,} items; median of {args.repeats} alternating runs per version, "
+             f"each the best of 3 passes; {result['machine']}, {result['cpus']} CPUs "
+             f"(load average {load:.1f} at the start), Python {result['python']}. "
+             f"Base is commit {args.base}, this is {head} "
+             "(plus uncommitted changes, if any). µs per emitted item (per input item for "
+             "Batch); checkpoint rows are µs per call; overhead is the stage's time less "
+             "plain iteration of what it emits.", "",
+             "this / base is the median of the ratios of runs made back to back; best / best "
+             "compares each version's fastest run.", "",
+             "| case | base µs | this µs | this / base | best / best | overhead base µs "
+             "| overhead this µs |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, v in rows.items():
+        if name.endswith(" (overhead)"):
+            continue
+        over = rows.get(name + " (overhead)")
+        extra = f"{over['base']:.3f} | {over['this']:.3f}" if over else "| "
+        lines.append(f"| {name} | {v['base']:.3f} | {v['this']:.3f} | {v['ratio']:.2f} | "
+                     f"{v['best_ratio']:.2f} | {extra} |")
+    (RESULTS / "stages.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 _MAX_SEED = 2**63 - 1
 
@@ -50,34 +53,60 @@ def check_positive_int(value: object, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_augment(augment: object, name: str = "augment") -> Any:
-    """Returns ``augment`` after checking it is None or a function of an example.
+def check_bool(value: object, name: str) -> bool:
+    """Returns ``value`` as a bool after checking it is one (``numpy.bool_`` too).
+
+    A string such as ``'False'`` is rejected: ``bool('False')`` is True.
+
+    Example:
+        >>> check_bool(False, "shuffle")
+        False
+    """
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"{name} must be True or False, got {reprlib.repr(value)} of type "
+            f"{type(value).__name__}; pass {name}=True or {name}=False"
+        )
+    return bool(value)
+
+
+def check_callable(value: object, name: str, usage: str, fix: str = "pass a function",
+                   *, optional: bool = True) -> Any:
+    """Returns ``value`` after checking it is callable (or None, when ``optional``).
+
+    Args:
+        value: the argument.
+        name: the parameter's name.
+        usage: how the stage calls it, e.g. ``"collate(list_of_examples)"``.
+        fix: what to pass instead.
+        optional: whether None (the parameter's default behaviour) is accepted.
 
     Example:
         >>> try:
-        ...     check_augment("flip")
+        ...     check_callable("stack", "fn", "fn(items)")
         ... except TypeError as e:
-        ...     print(str(e)[:41])
-        augment must be callable as augment(examp
+        ...     print(e)
+        fn must be callable as fn(items), or None, got 'stack' of type str; pass a function
     """
-    if augment is not None and not callable(augment):
-        raise TypeError(
-            f"{name} must be callable as {name}(example) or {name}(example, rng), "
-            f"or None, got {augment!r} of type {type(augment).__name__}; pass a "
-            "function, or None for no augmentation"
-        )
-    return augment
+    if (value is None and optional) or callable(value):
+        return value
+    raise TypeError(
+        f"{name} must be callable as {usage}{', or None' if optional else ''}, got "
+        f"{reprlib.repr(value)} of type {type(value).__name__}; {fix}"
+    )
+
+
+def check_augment(augment: object, name: str = "augment") -> Any:
+    """Returns ``augment`` after checking it is None or a function of an example."""
+    return check_callable(augment, name, f"{name}(example) or {name}(example, rng)",
+                          "pass a function, or None for no augmentation")
 
 
 def check_size(size: object, name: str = "size") -> Any:
     """Returns ``size`` after checking it is None or callable as ``size(item) -> int``."""
-    if size is not None and not callable(size):
-        raise TypeError(
-            f"{name} must be callable as {name}(item) -> examples in the item, got "
-            f"{type(size).__name__}; pass a function such as len, or None for the default "
-            "count (1 per item, or the batch size after a Batch stage)"
-        )
-    return size
+    return check_callable(size, name, f"{name}(item) -> examples in the item",
+                          "pass a function such as len, or None for the default count "
+                          "(1 per item, or the batch size after a Batch stage)")
 
 
 def check_seed(seed: object, name: str = "seed") -> int:

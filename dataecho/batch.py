@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_positive_int
+from ._checks import check_bool, check_callable, check_positive_int
 from .iterable import as_stage
 from .stage import Stage, State, read_into
 
@@ -76,12 +76,9 @@ class Batch(Stage[Any]):
     ) -> None:
         self.upstream = as_stage(upstream)
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.drop_last = bool(drop_last)
-        if collate is not None and not callable(collate):
-            raise TypeError(
-                f"collate must be callable as collate(list_of_examples), got "
-                f"{type(collate).__name__}; pass a function or None for the default"
-            )
+        self.drop_last = check_bool(drop_last, "drop_last")
+        check_callable(collate, "collate", "collate(list_of_examples)",
+                       "pass a function, or None for the default numpy collate")
         self.collate: Callable[[list[Any]], Any] = collate or _default_collate
         self.batches = 0  # batches emitted
         self.examples = 0  # examples in them
@@ -111,16 +108,12 @@ class Batch(Stage[Any]):
         return {"batch_size": self.batch_size, "drop_last": self.drop_last,
                 "collate": "default" if self.collate is _default_collate else name}
 
-    def _get_state(self) -> State:
-        return self._expand(self._snapshot())
-
     def _snapshot(self) -> Any:
         upstream = self.upstream._snapshot() if self._items is None else self._start
         return (self.batches, self.examples, self.last_size, self.dropped, upstream)
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "Batch", "version": self.VERSION, "config": self._config(),
-                "upstream": self.upstream._expand(token[4]), "batches": token[0],
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token[4]), "batches": token[0],
                 "examples": token[1], "last_size": token[2], "dropped": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
@@ -133,8 +126,7 @@ class Batch(Stage[Any]):
         self._items = self._start = None
 
     def _repr_args(self) -> dict[str, Any]:
-        cfg = self._config()
-        return {k: v for k, v in cfg.items() if not (k == "collate" and v == "default")}
+        return {k: v for k, v in self._cfg.items() if not (k == "collate" and v == "default")}
 
 
 _default_collate = collate

@@ -63,15 +63,11 @@ class IterableSource(_Reader[T]):
         (1, 1)
     """
 
-    def _get_state(self) -> State:
-        return {"consumed": self.items_read}
-
     def _snapshot(self) -> Any:
         return self.items_read
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "IterableSource", "version": self.VERSION, "config": {},
-                "consumed": token}
+    def _state(self, token: Any) -> State:
+        return {"consumed": token}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         consumed = int(state["consumed"])
@@ -108,7 +104,7 @@ class StatefulSource(_Reader[T]):
         (1, {'n': 1})
     """
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> State:
         return {"upstream": self.iterable.state_dict(), "read": self.items_read}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
@@ -160,7 +156,7 @@ class NodeSource(Stage[T]):
     def _config(self) -> dict[str, Any]:
         return {}
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> State:
         return {"node": self.node.state_dict(), "read": self.items_read}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from . import _rng
-from ._checks import check_seed
+from ._checks import check_bool, check_callable, check_seed
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -47,15 +47,11 @@ class Map(Stage[U]):
         seed: int = 0,
         random: bool | None = None,
     ) -> None:
-        if not callable(fn):
-            raise TypeError(
-                f"fn must be callable as fn(item) or fn(item, rng), got "
-                f"{type(fn).__name__}; pass a function"
-            )
+        check_callable(fn, "fn", "fn(item) or fn(item, rng)", optional=False)
         self.upstream = as_stage(upstream)
         self.fn = fn
         self.seed = check_seed(seed)
-        self.random = _takes_rng(fn) if random is None else bool(random)
+        self.random = _takes_rng(fn) if random is None else check_bool(random, "random")
         self._stream = _rng.Stream(self.seed, _rng.MAP)
         self._position = 0
 
@@ -70,28 +66,26 @@ class Map(Stage[U]):
     def _config(self) -> dict[str, Any]:
         return {"fn": _name(self.fn), "seed": self.seed, "random": self.random}
 
-    def _get_state(self) -> State:
-        return {"upstream": self.upstream.state_dict(), "position": self._position}
-
     def _snapshot(self) -> Any:
         return (self._position, self.upstream._snapshot())
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "Map", "version": self.VERSION, "config": self._config(),
-                "upstream": self.upstream._expand(token[1]), "position": token[0]}
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token[1]), "position": token[0]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
         self._position = int(state["position"])
 
     def _repr_args(self) -> dict[str, Any]:
-        cfg = self._config()
-        return cfg if self.random else {"fn": cfg["fn"]}
+        fn = _Bare(self._cfg["fn"])
+        return {**self._cfg, "fn": fn} if self.random else {"fn": fn}
+
+
+class _Bare(str):
+    """A function's name, shown bare in a repr: ``fn=flip``, not ``fn='flip'``."""
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v}" if k == "fn" else f"{k}={v!r}"
-                         for k, v in self._repr_args().items())
-        return f"Map({self.upstream!r}, {args})"
+        return str(self)
 
 
 def _name(fn: Callable[..., Any]) -> str:

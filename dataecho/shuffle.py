@@ -37,8 +37,8 @@ class Shuffle(Stage[T]):
         seed: seed of the window permutations.
 
     Example:
-        >>> sorted(Shuffle(range(5), buffer_size=5)) == list(range(5))
-        True
+        >>> list(Shuffle(range(5), buffer_size=5))
+        [0, 1, 4, 3, 2]
     """
 
     upstream: Stage[Any]
@@ -50,7 +50,7 @@ class Shuffle(Stage[T]):
         self._buf: list[Any] = []
         self._pos = 0
         self._window = 0  # index of the window in _buf, or of the next one when drained
-        self._start: State | None = None  # upstream state when the window in _buf began
+        self._start: Any = None  # upstream snapshot from when the window in _buf began
         self._items: list[Any] | None = None  # the window being read, kept if upstream raises
         self._skip = 0  # items of that window a restore already emitted
 
@@ -67,7 +67,7 @@ class Shuffle(Stage[T]):
             if self._buf:
                 self._window += 1
             self._buf, self._pos = [], 0
-            self._start, self._items = self.upstream.state_dict(), []
+            self._start, self._items = self.upstream._snapshot(), []
         items = read_into(self._items, self.upstream, self.buffer_size)
         self._items = None
         if not items:
@@ -80,13 +80,17 @@ class Shuffle(Stage[T]):
     def _config(self) -> dict[str, Any]:
         return {"buffer_size": self.buffer_size, "seed": self.seed}
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> Any:
         if self._items is not None:  # an upstream error interrupted the window's read
-            return {"upstream": self._start, "window": self._window, "skip": self._skip}
+            return (self._start, self._window, self._skip)
         if 0 < self._pos < len(self._buf):
-            return {"upstream": self._start, "window": self._window, "skip": self._pos}
+            return (self._start, self._window, self._pos)
         window = self._window + 1 if self._buf else self._window
-        return {"upstream": self.upstream.state_dict(), "window": window, "skip": 0}
+        return (self.upstream._snapshot(), window, 0)
+
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token[0]), "window": token[1],
+                "skip": token[2]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])

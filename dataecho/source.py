@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -33,12 +33,9 @@ class Source(Stage[T]):
         epoch: the first epoch (e.g. from ``set_epoch``).
         shard_index: which shard this reader takes, in ``[0, num_shards)``.
         num_shards: how many readers share the data (ranks times workers).
-        drop_remainder: drop ``len(data) % num_shards`` examples of each epoch (a
-            different few each epoch) so that every shard has the same length, which
-            DDP needs for equal step counts. With ``shuffle`` they are the last few of
-            the epoch's permutation; without, a block of consecutive indices that moves
-            along each epoch (the last few in epoch 0, then the first few, ...), so
-            each example is dropped in turn. Off by default: nothing is dropped.
+        drop_remainder: drop ``len(data) % num_shards`` examples of each epoch, a
+            different few each epoch, so that every shard has the same length (DDP
+            needs equal step counts). Off by default.
 
     Example:
         >>> list(Source(range(6), shuffle=False, shard_index=1, num_shards=2))
@@ -68,7 +65,7 @@ class Source(Stage[T]):
         self.size = len(data)
         if self.size == 0:
             raise ValueError("data is empty (len(data) == 0); pass a data set with examples")
-        self.shuffle = bool(shuffle)
+        self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_seed(seed)
         self.num_epochs = None if num_epochs is None else check_positive_int(
             num_epochs, "num_epochs")
@@ -80,17 +77,13 @@ class Source(Stage[T]):
                 f"shard_index must be in [0, num_shards={self.num_shards}), got "
                 f"{self.shard_index}; pass rank * num_workers + worker_id"
             )
-        self.drop_remainder = bool(drop_remainder)
+        self.drop_remainder = check_bool(drop_remainder, "drop_remainder")
         usable = self.size - self.size % self.num_shards if drop_remainder else self.size
         if usable <= self.shard_index:
             raise ValueError(
                 f"data has {self.size} examples, too few for num_shards={self.num_shards}: "
                 f"shard {self.shard_index} would be empty; use fewer workers or ranks"
             )
-        self._cfg = {"size": self.size, "shuffle": self.shuffle, "seed": self.seed,
-                     "num_epochs": self.num_epochs, "epoch": self.first_epoch,
-                     "shard_index": self.shard_index, "num_shards": self.num_shards,
-                     "drop_remainder": self.drop_remainder}
         self._epoch = self.first_epoch
         self._index = 0
         self._order = self._order_for(self._epoch)
@@ -143,22 +136,16 @@ class Source(Stage[T]):
         return item
 
     def _config(self) -> dict[str, Any]:
-        return self._cfg
-
-    def state_dict(self) -> State:
-        # Called once per fresh item by the stages above: kept to one dict literal.
-        return {"stage": "Source", "version": self.VERSION, "config": self._cfg,
-                "epoch": self._epoch, "index": self._index}
-
-    def _get_state(self) -> State:
-        return {"epoch": self._epoch, "index": self._index}
+        return {"size": self.size, "shuffle": self.shuffle, "seed": self.seed,
+                "num_epochs": self.num_epochs, "epoch": self.first_epoch,
+                "shard_index": self.shard_index, "num_shards": self.num_shards,
+                "drop_remainder": self.drop_remainder}
 
     def _snapshot(self) -> Any:
         return (self._epoch, self._index)
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "Source", "version": self.VERSION, "config": self._cfg,
-                "epoch": token[0], "index": token[1]}
+    def _state(self, token: Any) -> State:
+        return {"epoch": token[0], "index": token[1]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         epoch, index = int(state["epoch"]), int(state["index"])
@@ -174,6 +161,5 @@ class Source(Stage[T]):
             del args["epoch"]
         return args
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
-        return f"Source(<{type(self.data).__name__} of {self.size}>, {args})"
+    def _repr_head(self) -> str:
+        return f"<{type(self.data).__name__} of {self.size}>"

@@ -11,10 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from .stats import EchoStats
+from .stats import EchoStats, collect
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -26,7 +25,8 @@ class Stage(Iterator[T_co], ABC):
     """Base class of all stages: iteration, checkpoint, statistics and repr.
 
     Subclasses implement ``__next__``, ``_config`` (the parameters that decide the
-    output, checked on restore), ``_get_state`` and ``_set_state``.
+    output, checked on restore; computed once), ``_snapshot`` and ``_set_state``, and
+    ``_state`` when the snapshot is not the state itself.
 
     Example:
         >>> import dataecho
@@ -49,8 +49,31 @@ class Stage(Iterator[T_co], ABC):
     def _config(self) -> dict[str, Any]:
         """The parameters that decide this stage's output (JSON values)."""
 
-    @abstractmethod
-    def _get_state(self) -> State: ...
+    _config_once: dict[str, Any] | None = None
+
+    @property
+    def _cfg(self) -> dict[str, Any]:
+        # The parameters never change after construction: built once, not per state.
+        # (Not a cached_property: writing through __dict__ slows every attribute read
+        # of the instance afterwards, __next__'s included.)
+        cfg = self._config_once
+        if cfg is None:
+            cfg = self._config_once = self._config()
+        return cfg
+
+    def _snapshot(self) -> Any:
+        """A cheap token of the current state, which :meth:`_state` turns into its body.
+
+        Echo stages take one before every fresh read, so stages that are often
+        upstream of one return plain tuples here and build dicts in :meth:`_state`,
+        only when a checkpoint is actually taken. Others return the body itself.
+        """
+        # Stages written against the earlier contract name this hook _get_state.
+        return self._get_state()  # type: ignore[attr-defined]
+
+    def _state(self, token: Any) -> State:
+        """The body of the state (counters, upstream state) that ``token`` stands for."""
+        return token  # type: ignore[no-any-return]
 
     @abstractmethod
     def _set_state(self, state: Mapping[str, Any]) -> None: ...
@@ -61,21 +84,12 @@ class Stage(Iterator[T_co], ABC):
         Restoring it with :meth:`load_state_dict` on a freshly built, identical pipeline
         makes that pipeline yield exactly what this one would yield next.
         """
-        return {"stage": type(self).__name__, "version": self.VERSION,
-                "config": self._config(), **self._get_state()}
-
-    def _snapshot(self) -> Any:
-        """A cheap token from which :meth:`_expand` rebuilds the current state.
-
-        Echo stages take one before every fresh read, so stages that are often
-        upstream of one (sources, maps, batchers) return plain tuples here and build
-        the dict only when a checkpoint is actually taken.
-        """
-        return self.state_dict()
+        return self._expand(self._snapshot())
 
     def _expand(self, token: Any) -> State:
-        """The state dict that :meth:`_snapshot` returned ``token`` for."""
-        return token  # type: ignore[no-any-return]
+        """The state dict, header included, that :meth:`_snapshot` returned ``token`` for."""
+        return {"stage": type(self).__name__, "version": self.VERSION, "config": self._cfg,
+                **self._state(token)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a checkpoint taken by :meth:`state_dict` of an identical stage.
@@ -97,8 +111,6 @@ class Stage(Iterator[T_co], ABC):
             >>> stage.stats().fresh_examples, stage.stats().emitted_examples
             (10, 30)
         """
-        from .stats import collect
-
         return collect(self)
 
     def close(self) -> None:
@@ -113,11 +125,14 @@ class Stage(Iterator[T_co], ABC):
         self.close()
 
     def _repr_args(self) -> dict[str, Any]:
-        return self._config()
+        return self._cfg
+
+    def _repr_head(self) -> str:
+        return repr(self.upstream) if self.upstream is not None else ""
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
-        head = repr(self.upstream) if self.upstream is not None else ""
+        head = self._repr_head()
         return f"{type(self).__name__}({', '.join(p for p in (head, args) if p)})"
 
 
@@ -141,7 +156,7 @@ def check_state(stage: Stage[Any], state: object) -> None:
             f"expects version {stage.VERSION}; the checkpoint was written by another "
             "dataecho version: restart from scratch or use that version"
         )
-    saved, here = state.get("config"), stage._config()
+    saved, here = state.get("config"), stage._cfg
     if saved != here:
         saved = saved if isinstance(saved, Mapping) else {}
         diffs = [

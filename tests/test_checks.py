@@ -88,12 +88,13 @@ def test_unknown_variant_is_rejected():
 
 
 def test_non_callable_map_fn_is_rejected():
-    with pytest.raises(TypeError, match=r"fn must be callable .* got int"):
+    with pytest.raises(TypeError, match=r"fn must be callable as fn\(item\) or fn\(item, rng\), "
+                                        r"got 3 of type int; pass a function$"):
         Map([1], 3)
 
 
 def test_non_callable_collate_is_rejected():
-    with pytest.raises(TypeError, match=r"collate must be callable .* got str"):
+    with pytest.raises(TypeError, match=r"collate must be callable .* got 'stack' of type str"):
         Batch([1], 2, collate="stack")
 
 
@@ -153,3 +154,42 @@ def test_one_shot_iterator_cannot_be_rewound_after_close_either():
     stage.close()  # drops the iterator, but the one-shot source is still spent
     with pytest.raises(ValueError, match=r"one-shot iterator .* already read; rebuild"):
         stage.load_state_dict(state)
+
+
+@pytest.mark.parametrize(("make", "name"), [
+    (lambda v: Source(range(4), shuffle=v), "shuffle"),
+    (lambda v: Source(range(4), drop_remainder=v), "drop_remainder"),
+    (lambda v: Batch([1], 2, drop_last=v), "drop_last"),
+    (lambda v: Map([1], abs, random=v), "random"),
+])
+def test_a_flag_that_is_not_a_bool_is_rejected(make, name):
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False, got 'False' of type "
+                                        rf"str; pass {name}=True or {name}=False$"):
+        make("False")
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False, got 1 of type int"):
+        make(1)
+
+
+def test_a_numpy_bool_is_accepted_as_a_flag():
+    import numpy as np
+    assert Source(range(4), shuffle=np.bool_(False)).shuffle is False
+
+
+def test_check_callable_names_the_parameter_the_call_and_the_fix():
+    from dataecho._checks import check_callable
+    assert check_callable(None, "collate", "collate(items)") is None
+    assert check_callable(len, "collate", "collate(items)") is len
+    with pytest.raises(TypeError, match=r"^collate must be callable as collate\(items\), or None, "
+                                        r"got 'stack' of type str; pass a function$"):
+        check_callable("stack", "collate", "collate(items)")
+    with pytest.raises(TypeError, match=r"^fn must be callable as fn\(item\), got None of type "
+                                        r"NoneType; pass a function such as abs$"):
+        check_callable(None, "fn", "fn(item)", "pass a function such as abs", optional=False)
+
+
+def test_non_callable_augment_is_rejected_under_its_name():
+    from dataecho._checks import check_augment
+    with pytest.raises(TypeError, match=r"^augment must be callable as augment\(example\) or "
+                                        r"augment\(example, rng\), or None, got 'flip' of type "
+                                        r"str; pass a function, or None for no augmentation$"):
+        check_augment("flip")

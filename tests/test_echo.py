@@ -140,7 +140,7 @@ def test_adaptive_echo_behind_a_shuffle_of_batches_counts_each_batch_by_its_own_
 
 
 def test_size_that_is_not_callable_is_rejected_at_construction():
-    with pytest.raises(TypeError, match=r"size must be callable as size\(item\).*got str; "
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\).* of type str; "
                                         "pass a function such as len"):
         Echo([1], 2, size="len")
 
@@ -204,3 +204,10 @@ def test_batches_of_nested_dicts_count_their_examples():
     assert len(list(stage)) == 4
     stats = stage.stats()
     assert (stats.fresh_examples, stats.emitted_examples) == (8, 16)
+
+
+def test_copies_at_looks_up_the_copies_the_stage_makes():
+    from itertools import groupby
+    made = [len(list(g)) for _, g in groupby(Echo(range(5000), 1.5, seed=4))]
+    indices = np.array([4999, 0, 4096, 4095, 17, 17])
+    assert copies_at(1.5, 4, indices).tolist() == [made[i] for i in indices]
