@@ -289,7 +289,7 @@ def test_auto_factor_arguments_are_checked_at_construction():
         EchoBatches(loader(), Auto(max_factor=0))
     with pytest.raises(TypeError, match=r"max_factor must be an int >= 1, got '4'"):
         EchoBatches(loader(), Auto(max_factor="4"))
-    with pytest.raises(TypeError, match=r"size must be callable as size\(item\) .* got str"):
+    with pytest.raises(TypeError, match=r"size must be callable as size\(item\) .* of type str"):
         EchoBatches(loader(), 2, size="x")
     with pytest.raises(TypeError, match=r"agree must be None or a callable agreement, got 3 .*"
                                           r"RankAgreement\(\)"):
