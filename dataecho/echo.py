@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _rng
 from ._checks import check_factor, check_positive_int, check_seed, check_size
+from .factor import fixed_factor
 from .iterable import as_stage
 from .sizes import batch_len, find_batcher, is_batched
 from .stage import Stage, State
@@ -61,7 +62,9 @@ class Echo(Stage[T]):
     ) -> None:
         size = check_size(size)
         self.upstream = as_stage(upstream)
-        self.factor = check_factor(factor)
+        self.factor = fixed_factor(
+            factor, adaptive="dataecho.AdaptiveEcho(upstream, max_factor=...), or "
+            "dataecho.pipeline(..., factor=dataecho.Auto()) for a whole pipeline")
         self.seed = check_seed(seed)
         self._base = math.floor(self.factor)
         self._frac = self.factor - self._base

@@ -51,7 +51,7 @@ class Map(Stage[U]):
         self.upstream = as_stage(upstream)
         self.fn = fn
         self.seed = check_seed(seed)
-        self.random = _takes_rng(fn) if random is None else check_bool(random, "random")
+        self.random = takes_rng(fn) if random is None else check_bool(random, "random")
         self._stream = _rng.Stream(self.seed, _rng.MAP)
         self._position = 0
 
@@ -64,7 +64,7 @@ class Map(Stage[U]):
         return self.fn(item)
 
     def _config(self) -> dict[str, Any]:
-        return {"fn": _name(self.fn), "seed": self.seed, "random": self.random}
+        return {"fn": fn_name(self.fn), "seed": self.seed, "random": self.random}
 
     def _snapshot(self) -> Any:
         return (self._position, self.upstream._snapshot())
@@ -88,11 +88,23 @@ class _Bare(str):
         return str(self)
 
 
-def _name(fn: Callable[..., Any]) -> str:
+def fn_name(fn: Callable[..., Any]) -> str:
+    """The name a function is shown by in reprs and configs: its qualified name.
+
+    Example:
+        >>> fn_name(len), fn_name(lambda x: x)
+        ('len', '<lambda>')
+    """
     return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
 
 
-def _takes_rng(fn: Callable[..., Any]) -> bool:
+def takes_rng(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a generator: a second positional parameter without default.
+
+    Example:
+        >>> takes_rng(lambda x, rng: x), takes_rng(lambda x, rng=None: x)
+        (True, False)
+    """
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature take one item

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from . import _rng
 from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import derive_seed
 from .adaptive import make_auto
@@ -135,21 +136,21 @@ def pipeline(
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(1), buffer_size=factor.buffer_size,
+                         seed=sub(_rng.ECHO_KEY), buffer_size=factor.buffer_size,
                          max_factor=factor.max_factor)
     if echo == "before_augmentation":
-        stage = Echo(stage, factor, seed=sub(1))
+        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
     if augment is not None:
-        stage = Map(stage, augment, seed=sub(2))
+        stage = Map(stage, augment, seed=sub(_rng.AUGMENT_KEY))
     if echo == "after_augmentation":
-        stage = Echo(stage, factor, seed=sub(1))
+        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
     if echo in ("before_augmentation", "after_augmentation") and buffer_size > 1:
-        stage = Shuffle(stage, buffer_size, seed=sub(3))
+        stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
     if batch_size is None:
         return stage
     stage = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
     if echo == "batch":
-        stage = Echo(stage, factor, seed=sub(1))
+        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
         if buffer_size > 1:
-            stage = Shuffle(stage, buffer_size, seed=sub(3))
+            stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
     return stage

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from dataecho import AdaptiveEcho, Batch, Echo, Map, Shuffle, Source
+from dataecho import AdaptiveEcho, Auto, Batch, Echo, Map, Shuffle, Source
 from dataecho.echo import copies_at, total_copies
 from helpers.checkpoint import Flaky, FlakyMap, assert_restores_everywhere
 
@@ -211,3 +211,10 @@ def test_copies_at_looks_up_the_copies_the_stage_makes():
     made = [len(list(g)) for _, g in groupby(Echo(range(5000), 1.5, seed=4))]
     indices = np.array([4999, 0, 4096, 4095, 17, 17])
     assert copies_at(1.5, 4, indices).tolist() == [made[i] for i in indices]
+
+
+@pytest.mark.parametrize("factor", ["auto", Auto(max_factor=3)])
+def test_an_adaptive_factor_is_refused_naming_the_adaptive_stage(factor):
+    with pytest.raises(TypeError, match=r"factor must be a fixed number here, got .*; for "
+                                        r"adaptive echoing use dataecho.AdaptiveEcho"):
+        Echo([1, 2], factor)

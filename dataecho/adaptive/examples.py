@@ -10,7 +10,7 @@ from .._checks import check_positive_int
 from .._rng import derive_seed
 from ..batch import Batch
 from ..batch import collate as default_collate
-from ..map import Map, _name, _takes_rng
+from ..map import Map, fn_name, takes_rng
 from ..stage import Stage, State
 from .echo import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
 from .plan import Agreement, Feed, alone
@@ -107,7 +107,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                          timeout=timeout, seed=seed, size=lambda _: 1, agree=agree,
                          feed=feed, clock=clock)
         self.augment = augment
-        self.random = augment is not None and _takes_rng(augment)
+        self.random = augment is not None and takes_rng(augment)
         # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
         self._stream = _rng.Stream(self.seed, _TAG)
         self.drop_last = bool(drop_last)
@@ -143,7 +143,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         return self.augment(value)
 
     def _config(self) -> dict[str, Any]:
-        name = _name(self.augment) if self.augment is not None else None
+        name = fn_name(self.augment) if self.augment is not None else None
         return {**super()._config(), "batch_size": self.batch_size, "augment": name,
                 "drop_last": self.drop_last}
 

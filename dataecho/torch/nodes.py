@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from .. import _rng
 from .._checks import check_positive_int, check_seed, check_size
 from .._rng import derive_seed
 from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
@@ -19,9 +20,6 @@ from ..stage import Stage, State
 from ..stats import EchoStats
 
 T = TypeVar("T")
-
-_ECHO, _SHUFFLE = 1, 2  # seed tags of the two stages, per epoch
-
 
 class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
     """A ``torchdata.nodes`` node that echoes the items of the node before it.
@@ -111,14 +109,14 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
             # count 1 each unless size says otherwise, as with a fixed factor.
             buffer = self.factor.buffer_size
             echo = AdaptiveEcho(upstream, max_factor=self.factor.max_factor,
-                                agree=self.factor.agree, seed=derive_seed(seed, _ECHO),
+                                agree=self.factor.agree, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
                                 size=self.size or _one,
                                 buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
         else:
-            echo = Echo(upstream, self.factor, seed=derive_seed(seed, _ECHO), size=self.size)
+            echo = Echo(upstream, self.factor, seed=derive_seed(seed, _rng.NODE_ECHO_KEY), size=self.size)
         if self.buffer_size is None:
             return echo
-        return Shuffle(echo, self.buffer_size, seed=derive_seed(seed, _SHUFFLE))
+        return Shuffle(echo, self.buffer_size, seed=derive_seed(seed, _rng.NODE_SHUFFLE_KEY))
 
     def _current(self) -> Stage[T]:
         # BaseNode calls reset() before the first next() or state_dict(), so the stage

@@ -166,7 +166,7 @@ class Counted(Stage[Any]):
     def _config(self) -> dict[str, Any]:
         return {}
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> State:
         return {"epoch": self.epoch, "ended": self.ended,
                 "upstream": self.upstream.state_dict()}
 
