@@ -113,7 +113,8 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
                                 size=self.size or _one,
                                 buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
         else:
-            echo = Echo(upstream, self.factor, seed=derive_seed(seed, _rng.NODE_ECHO_KEY), size=self.size)
+            echo = Echo(upstream, self.factor, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
+                        size=self.size)
         if self.buffer_size is None:
             return echo
         return Shuffle(echo, self.buffer_size, seed=derive_seed(seed, _rng.NODE_SHUFFLE_KEY))
