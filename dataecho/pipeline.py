@@ -22,7 +22,7 @@ VARIANTS: tuple[str, ...] = ("before_augmentation", "after_augmentation", "batch
 
 
 def pipeline(
-    data: Sequence[Any],
+    data: Sequence[Any] | Stage[Any],
     *,
     augment: Callable[..., Any] | None = None,
     echo: Variant | None = "before_augmentation",
@@ -53,7 +53,11 @@ def pipeline(
       with ``echo=None`` a ``factor`` other than 1 is an error.
 
     Args:
-        data: map-style data set of decoded examples (the expensive read happens here).
+        data: map-style data set of decoded examples (the expensive read happens here),
+            read by a ``Source``; or an already built source stage (a stream, e.g.
+            ``as_stage(iterable)``), read as it is: then ``shuffle``, ``num_epochs`` and
+            ``drop_remainder``, which configure the ``Source``, keep their defaults, and
+            ``epoch``/``shard_index`` only key the later stages' seeds.
         augment: ``fn(example)`` or ``fn(example, rng)``; None for no augmentation.
         echo: the variant, or None for no echoing.
         factor: echo factor, a real number >= 1 (fractional values allowed), or
@@ -130,9 +134,16 @@ def pipeline(
     def sub(tag: int) -> int:  # distinct streams per stage, first epoch and shard
         return derive_seed(seed, tag, epoch, shard_index)
 
-    stage: Stage[Any] = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
-                               epoch=epoch, shard_index=shard_index, num_shards=num_shards,
-                               drop_remainder=drop_remainder)
+    stage: Stage[Any]
+    if isinstance(data, Stage):
+        _check_source_defaults(shuffle, num_epochs, drop_remainder)
+        check_positive_int(epoch, "epoch", minimum=0)
+        check_positive_int(shard_index, "shard_index", minimum=0)
+        stage = data
+    else:
+        stage = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs, epoch=epoch,
+                       shard_index=shard_index, num_shards=num_shards,
+                       drop_remainder=drop_remainder)
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
@@ -154,3 +165,16 @@ def pipeline(
         if buffer_size > 1:
             stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
     return stage
+
+
+def _check_source_defaults(shuffle: object, num_epochs: object, drop_remainder: object) -> None:
+    given = {k: v for k, v, default in (("shuffle", shuffle, True),
+                                        ("num_epochs", num_epochs, 1),
+                                        ("drop_remainder", drop_remainder, False))
+             if v != default}
+    if given:
+        names = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        raise ValueError(
+            f"{names} configure{'s' if len(given) == 1 else ''} the Source that reads a "
+            f"map-style data set, and data is already a stage; got {names}; configure the "
+            "stage you pass (its order, epochs and length are its own), or pass the data set")

@@ -78,15 +78,24 @@ class Source(Stage[T]):
                 f"{self.shard_index}; pass rank * num_workers + worker_id"
             )
         self.drop_remainder = check_bool(drop_remainder, "drop_remainder")
-        usable = self.size - self.size % self.num_shards if drop_remainder else self.size
-        if usable <= self.shard_index:
-            raise ValueError(
-                f"data has {self.size} examples, too few for num_shards={self.num_shards}: "
-                f"shard {self.shard_index} would be empty; use fewer workers or ranks"
-            )
+        self.check_shards(self.size, self.shard_index, self.num_shards, self.drop_remainder)
         self._epoch = self.first_epoch
         self._index = 0
         self._order = self._order_for(self._epoch)
+
+    @staticmethod
+    def check_shards(size: int, shard_index: int, num_shards: int, drop_remainder: bool) -> None:
+        """Raises ``ValueError`` when shard ``shard_index`` of ``size`` examples is empty.
+
+        Example:
+            >>> Source.check_shards(10, 3, 4, drop_remainder=False)  # 10 examples, 4 shards
+        """
+        usable = size - size % num_shards if drop_remainder else size
+        if usable <= shard_index:
+            raise ValueError(
+                f"data has {size} examples, too few for num_shards={num_shards}: "
+                f"shard {shard_index} would be empty; use fewer workers or ranks"
+            )
 
     def _order_for(self, epoch: int) -> list[int]:
         drop = self.size % self.num_shards if self.drop_remainder else 0

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset
 
+from dataecho import Auto
 from dataecho.torch import EchoDataset
 from helpers.checkpoint import same
 
@@ -350,9 +351,14 @@ def test_rank_and_factor_auto_are_checked_at_construction():
         EchoDataset(Tokens(8), rank=0, world_size=0)
     with pytest.raises(ValueError, match=r"too few for num_shards=4"):
         EchoDataset(Tokens(3), rank=3, world_size=4)
-    with pytest.raises(ValueError, match=r"factor='auto' is not supported by EchoDataset.*"
-                                         r"EchoBatches\(loader, factor='auto'\)"):
-        EchoDataset(Tokens(8), factor="auto")
+    for auto in ("auto", Auto()):
+        with pytest.raises(TypeError, match=r"factor must be a fixed number here, got .*; for "
+                                            r"adaptive echoing use dataecho.torch.EchoBatches"
+                                            r"\(loader, factor=dataecho.Auto\(\)\)"):
+            EchoDataset(Tokens(8), factor=auto)
+    with pytest.raises(ValueError, match=r"rank and world_size go together, got rank=1 and "
+                                         r"world_size=None; pass both"):
+        EchoDataset(Tokens(8), rank=1)
 
 
 def test_stateful_dataloader_checkpoint_at_the_end_of_an_epoch_resumes_at_the_next():

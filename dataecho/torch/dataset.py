@@ -3,68 +3,94 @@
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .._checks import check_augment, check_positive_int
+from .._checks import check_augment, check_bool, check_positive_int, check_seed
+from ..factor import fixed_factor
+from ..iterable import as_stage
+from ..map import fn_name
 from ..pipeline import pipeline
+from ..shard import Shard
+from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
 from .sharding import check_rank, resolve_rank, shard_of
 from .workers import SLOTS, Counted, EpochCounter, worker_slot
 
+Sharding = Literal["stream", "dataecho"]
+
 
 class EchoDataset(IterableDataset[Any]):
-    """Reads a map-style ``Dataset``, echoes each example, augments, shuffles.
+    """Echoes each example inside DataLoader workers: map-style data sets and streams.
 
-    Each DataLoader worker of each DDP rank reads a disjoint shard of every epoch's
-    permutation, so together they read every example exactly once per epoch; copies
-    are made in the worker, after the expensive ``dataset[i]`` and before (or after)
-    ``augment``, then spread by a per-worker shuffle window. The DataLoader batches.
+    Each worker reads its part of the data, repeats every example ``factor`` times
+    after the expensive read/decode and before (or after) ``augment``, and spreads the
+    copies with a per-worker shuffle window; the DataLoader batches. Every copy is
+    augmented with a generator keyed by (seed, epoch, rank, worker, position), so no
+    two copies, workers or ranks share draws.
 
-    Shards: worker ``w`` of rank ``r`` reads shard ``r * num_workers + w`` of
-    ``world_size * num_workers``. Shards differ by at most one example, so ranks may
-    differ by up to ``num_workers`` examples per epoch; ``drop_remainder=True`` makes
-    every shard equally long, and with an integer ``factor`` every rank then takes the
-    same number of steps, which DDP needs (a fractional factor draws each shard's extra
-    copies separately, so counts still differ: give DDP a step budget).
+    Data sets: a map-style data set (``len`` and ``[i]``) is read in a per-epoch
+    permutation; worker ``w`` of rank ``r`` reads shard ``r * num_workers + w`` of
+    ``world_size * num_workers``. A stream (any ``IterableDataset`` or re-iterable: a
+    ``webdataset.WebDataset``/``DataPipeline``, a Hugging Face ``datasets``
+    ``IterableDataset``, a dataecho stage) is iterated once per epoch in each worker,
+    and ``sharding`` says who splits it: ``"stream"``, the stream itself (WebDataset
+    splits shards by worker, and by rank with ``nodesplitter=wds.split_by_node``;
+    Hugging Face splits shards by worker, and by rank after
+    ``datasets.distributed.split_dataset_by_node``); ``"dataecho"``, every worker reads
+    the whole stream and keeps every ``world_size * num_workers``-th example
+    (:class:`dataecho.Shard`: exact for any stream, but each example is read by every
+    worker). Default: ``"stream"`` for WebDataset and Hugging Face streams; other
+    streams must say which when read by more than one worker or rank. A stream with
+    ``set_epoch`` is told the epoch before each pass.
+
+    Equal steps under DDP: shards of a map-style data set differ by at most one
+    example; ``drop_remainder=True`` makes them equal, and with an integer ``factor``
+    every rank takes the same number of steps (give DDP a step budget otherwise, and
+    for streams, whose parts are as long as the stream makes them).
 
     Epochs: each new iteration of the DataLoader reads the next epoch by itself, with
     any number of workers, persistent or not (the counter is in shared memory, so new
-    worker copies of this object see it; this is what Lightning needs, which never
-    calls ``set_epoch`` on an ``IterableDataset``). :meth:`set_epoch` sets the epoch the
-    next iteration reads, as with ``DistributedSampler``.
+    worker copies of this object see it; Lightning never calls ``set_epoch`` on an
+    ``IterableDataset``). :meth:`set_epoch` sets the epoch the next iteration reads.
 
-    Checkpoints: with ``num_workers=0``, :meth:`state_dict` taken between batches
-    resumes exactly; taken after an epoch was read to its end, it resumes at the start
-    of the next epoch. With workers, use torchdata's ``StatefulDataLoader``, which calls
-    ``state_dict`` inside each worker (the iterator it gets is a checkpointable stage).
+    Checkpoints: with ``num_workers=0``, :meth:`state_dict` resumes exactly; resume
+    the epoch loop at ``state["epoch"]``. With workers, use torchdata's
+    ``StatefulDataLoader``, which calls ``state_dict`` inside each worker. A stream
+    with its own ``state_dict``/``load_state_dict`` (Hugging Face, torchdata) resumes
+    from its state; one without (WebDataset) is re-iterated from the epoch's start and
+    the examples already consumed are skipped: exact when its order is seeded, and it
+    re-reads that part of the epoch (use :class:`dataecho.TarShards`-style readers that
+    checkpoint their position for cheap resume).
 
-    ``factor="auto"`` is not supported here: adaptive echoing decides at each training
-    step whether fresh data is late, which a DataLoader worker cannot see. Use
-    ``EchoBatches(loader, factor="auto")`` around the DataLoader, or
-    ``dataecho.pipeline(..., factor="auto")`` (:class:`dataecho.AdaptiveExamples`) in
-    the training process.
+    A fixed factor only: adaptive echoing (``dataecho.Auto``) decides at each training
+    step whether fresh data is late; wrap the DataLoader in
+    ``EchoBatches(loader, factor=Auto())`` for adaptive batch echoing.
 
     Args:
-        dataset: map-style data set of decoded examples (``len`` and ``[i]``).
+        dataset: a map-style data set of decoded examples, or a stream (see above).
         augment: ``augment(example)`` or ``augment(example, rng)`` (numpy Generator
             keyed by seed, epoch, shard and position), or None.
         echo: ``"before_augmentation"`` (copies augmented independently, the paper's
             best) or ``"after_augmentation"`` (identical copies).
         factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline).
         buffer_size: per-worker shuffle window after the echo stage (1 = none).
-        shuffle, seed: as in :class:`dataecho.Source`.
+        shuffle: permute a map-style data set each epoch (default True); a stream keeps
+            its own order (shuffle the stream itself).
+        seed: the one seed; each stage derives its own stream from it.
         drop_remainder: drop ``len(dataset) % (world_size * num_workers)`` examples of
-            each epoch (a different few each epoch, also with ``shuffle=False``; see
-            :class:`dataecho.Source`) so every shard has the same length. Default
-            False: nothing is dropped.
-        rank, world_size: override the DDP rank (default: from torch.distributed, read
-            in the training process when iteration starts or when the DataLoader hands
-            this object to its workers, so ``spawn`` and ``forkserver`` workers, which
-            have no process group, still read their rank's shard).
+            each epoch of a map-style data set (a different few each epoch) so every
+            shard has the same length.
+        rank: the DDP rank, with ``world_size``; default (both None): from
+            ``torch.distributed``, read in the training process when iteration starts
+            or when the DataLoader hands this object to its workers, so ``spawn`` and
+            ``forkserver`` workers, which have no process group, still read their
+            rank's part.
+        world_size: the number of DDP ranks, with ``rank``.
+        sharding: who splits a stream across workers and ranks (see above).
 
     Example:
         >>> import torch
@@ -77,59 +103,62 @@ class EchoDataset(IterableDataset[Any]):
 
     def __init__(
         self,
-        dataset: Sequence[Any],
+        dataset: Sequence[Any] | Iterable[Any],
         *,
         augment: Callable[..., Any] | None = None,
         echo: Literal["before_augmentation", "after_augmentation"] = "before_augmentation",
         factor: float = 2.0,
         buffer_size: int = 1000,
-        shuffle: bool = True,
+        shuffle: bool | None = None,
         seed: int = 0,
         drop_remainder: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        sharding: Sharding | None = None,
     ) -> None:
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise TypeError(
-                f"dataset must be a map-style data set with len() and integer indexing "
-                f"(a torch Dataset, a list, a numpy array), got {type(dataset).__name__}; "
-                "for a stream (an IterableDataset) wrap its DataLoader in "
-                "dataecho.torch.EchoBatches instead, or materialise it with list(...)"
-            )
-        if len(dataset) == 0:
-            raise ValueError(
-                "dataset is empty (len(dataset) == 0); pass a data set with examples"
-            )
+        self.stream = _is_stream(dataset)
         check_augment(augment)
         if echo not in ("before_augmentation", "after_augmentation"):
             raise ValueError(
                 f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
                 f"{echo!r}; for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches"
             )
-        if isinstance(factor, str) and factor == "auto":
-            raise ValueError(
-                "factor='auto' is not supported by EchoDataset: adaptive echoing decides at "
-                "each training step whether fresh data is late, which a DataLoader worker "
-                "cannot see; pass a fixed factor such as factor=2, or wrap the DataLoader in "
-                "dataecho.torch.EchoBatches(loader, factor='auto') for adaptive batch "
-                "echoing, or use dataecho.pipeline(data, factor='auto', batch_size=...) "
-                "(dataecho.AdaptiveExamples) for adaptive example echoing"
-            )
+        factor = fixed_factor(
+            factor, adaptive="dataecho.torch.EchoBatches(loader, factor=dataecho.Auto()) "
+            "around the DataLoader (adaptive echoing decides at each training step whether "
+            "fresh data is late, which a worker cannot see)")
+        self.rank, self.world_size = check_rank(rank, world_size)
+        seed = check_seed(seed)
+        drop_remainder = check_bool(drop_remainder, "drop_remainder")
+        if self.stream:
+            if shuffle is not None or drop_remainder:
+                given = "shuffle" if shuffle is not None else "drop_remainder"
+                raise ValueError(
+                    f"{given} configures how a map-style data set is read, and dataset is "
+                    f"a stream ({type(dataset).__name__}), which keeps its own order and "
+                    f"length; got {given}={shuffle if shuffle is not None else True!r}; "
+                    f"drop {given} and configure the stream itself")
+            self.sharding = _check_sharding(dataset, sharding)
+        else:
+            if sharding is not None:
+                raise ValueError(
+                    f"sharding says who splits a stream, and dataset is a map-style data "
+                    f"set that dataecho shards by index; got sharding={sharding!r}; drop it")
+            if len(dataset) == 0:  # type: ignore[arg-type]
+                raise ValueError(
+                    "dataset is empty (len(dataset) == 0); pass a data set with examples")
+            shuffle = True if shuffle is None else check_bool(shuffle, "shuffle")
+            self.sharding = None
+            if self.rank is not None and self.world_size is not None:
+                Source.check_shards(len(dataset), self.rank, self.world_size,  # type: ignore[arg-type]
+                                    drop_remainder)
         self.kwargs: dict[str, Any] = dict(
             augment=augment, echo=echo, factor=factor, batch_size=None,
-            buffer_size=check_positive_int(buffer_size, "buffer_size"), shuffle=shuffle,
-            seed=seed, num_epochs=1, drop_remainder=bool(drop_remainder))
+            buffer_size=check_positive_int(buffer_size, "buffer_size"), seed=seed)
+        if not self.stream:
+            self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
         self.dataset = dataset
-        self.drop_remainder = bool(drop_remainder)
-        self.rank, self.world_size = check_rank(rank, world_size)
-        # Build once to validate every argument now (the explicit rank's shard too);
-        # keep only its repr, since the object is pickled to every worker and a Source
-        # holds a whole permutation.
-        shard, shards = 0, 1
-        if self.rank is not None and self.world_size is not None:
-            shard, shards = self.rank, self.world_size
-        self._repr = repr(pipeline(dataset, **self.kwargs, shard_index=shard,
-                                   num_shards=shards))
+        self._repr = _describe(dataset, self.kwargs)
         self._epochs = EpochCounter()
         self._started = 0  # iterations begun by this copy of the object
         self._pipe: Counted | None = None
@@ -159,7 +188,24 @@ class EchoDataset(IterableDataset[Any]):
 
     def _build(self, epoch: int) -> Stage[Any]:
         shard, shards = shard_of(self.rank, self.world_size)
-        return pipeline(self.dataset, **self.kwargs, epoch=epoch, shard_index=shard,
+        if not self.stream:
+            return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
+                            epoch=epoch, shard_index=shard, num_shards=shards)
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+        source = as_stage(self.dataset, "dataset")
+        if shards > 1:
+            if self.sharding is None:
+                raise ValueError(
+                    f"sharding must say who splits the stream ({type(self.dataset).__name__}) "
+                    f"across the {shards} readers (DataLoader workers times ranks), got None; "
+                    "pass sharding='stream' if the stream splits itself by worker and rank "
+                    "(reads get_worker_info()), or sharding='dataecho' to have every reader "
+                    "read it all and keep its share")
+            if self.sharding == "dataecho":
+                source = Shard(source, shard, shards)
+        return pipeline(source, **self.kwargs, epoch=epoch, shard_index=shard,
                         num_shards=shards)
 
     def __iter__(self) -> Iterator[Any]:
@@ -170,7 +216,8 @@ class EchoDataset(IterableDataset[Any]):
         position = None if pending is None else pending[1]
         if isinstance(position, Mapping):
             pipe.load_state_dict(position)
-        self._pipe = Counted(pipe, self._counts, worker_slot(), epoch, self._epochs.rewind)
+        self._pipe = Counted(pipe, self._counts, worker_slot(), epoch, self._epochs.rewind,
+                             nonempty=self.stream and pending is None)
         if position == _ENDED:
             self._pipe.ended = True  # the checkpointed epoch was read to its end
         return self._pipe
@@ -241,3 +288,50 @@ class EchoDataset(IterableDataset[Any]):
 
 
 _ENDED = "ended"  # the position after an epoch's end, in a state
+
+
+def _is_stream(dataset: object) -> bool:
+    """Whether ``dataset`` is read as a stream (iterated) rather than indexed."""
+    if isinstance(dataset, IterableDataset | Stage):
+        return True
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        return False
+    if isinstance(dataset, Iterator):
+        raise TypeError(
+            f"dataset must be re-iterable (iterated once per epoch in every worker), got a "
+            f"one-shot iterator ({type(dataset).__name__}); pass the data set or stream "
+            "itself (an IterableDataset, a list), not iter(...) or a generator")
+    if isinstance(dataset, Iterable):
+        return True
+    raise TypeError(
+        f"dataset must be a map-style data set (len() and integer indexing) or a stream "
+        f"(an IterableDataset or another re-iterable), got {type(dataset).__name__}; pass "
+        "a torch Dataset, a list, a WebDataset or a Hugging Face IterableDataset")
+
+
+def _splits_itself(dataset: object) -> bool:
+    """Streams of libraries that split themselves by DataLoader worker (and rank)."""
+    module = type(dataset).__module__.split(".")[0]
+    return module in ("webdataset", "datasets")
+
+
+def _check_sharding(dataset: object, sharding: object) -> Sharding | None:
+    if sharding is not None and sharding not in ("stream", "dataecho"):
+        raise ValueError(
+            f"sharding must be 'stream' (the stream splits itself by worker and rank), "
+            f"'dataecho' (every reader keeps every n-th example) or None, got {sharding!r}; "
+            "pass sharding='stream' for WebDataset or Hugging Face streams")
+    if sharding is None and _splits_itself(dataset):
+        return "stream"
+    return sharding
+
+
+def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
+    """The repr's arguments, without building a pipeline (a Source holds a permutation)."""
+    size = f" of {len(dataset)}" if hasattr(dataset, "__len__") else ""
+    args = [f"<{type(dataset).__name__}{size}>", f"echo={kwargs['echo']!r}",
+            f"factor={kwargs['factor']!r}"]
+    if kwargs["augment"] is not None:
+        args.append(f"augment={fn_name(kwargs['augment'])}")
+    args += [f"buffer_size={kwargs['buffer_size']!r}", f"seed={kwargs['seed']!r}"]
+    return ", ".join(args)

@@ -20,6 +20,12 @@ def check_rank(rank: int | None, world_size: int | None) -> tuple[int | None, in
         >>> check_rank(1, 2), check_rank(None, None)
         ((1, 2), (None, None))
     """
+    if (rank is None) != (world_size is None):
+        given, missing = ("rank", "world_size") if world_size is None else ("world_size", "rank")
+        raise ValueError(
+            f"{given} and {missing} go together, got {given}="
+            f"{rank if world_size is None else world_size!r} and {missing}=None; pass both, "
+            "or neither to read them from torch.distributed")
     if world_size is not None:
         world_size = check_positive_int(world_size, "world_size")
     if rank is not None:

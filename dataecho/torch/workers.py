@@ -121,17 +121,22 @@ class Counted(Stage[Any]):
     restores a worker by loading the dataset's state (which then names the next epoch)
     and then this state into the new iterator: an ended state keeps that iterator
     empty, and ``rewind`` lets the dataset's next iteration read that next epoch.
+
+    With ``nonempty``, a pass that yields nothing at all is an error (an empty stream,
+    or a worker whose part of it is empty), not a silent empty epoch.
     """
 
     upstream: Stage[Any]
 
     def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
-                 rewind: Callable[[int], None]) -> None:
+                 rewind: Callable[[int], None], *, nonempty: bool = False) -> None:
         self.upstream, self.epoch, self.ended = upstream, epoch, False
-        self._rewind = rewind
+        self._rewind, self._nonempty, self._yielded = rewind, nonempty, False
         stages = chain(upstream)
         self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
-        self._source = stages[0]
+        # The stage whose reads are this worker's fresh examples: the last that counts
+        # reads (a Shard after the stream reader keeps only this worker's share).
+        self._source = [s for s in stages if hasattr(s, "items_read")][-1]
         self._counts, self._slot = counts, 2 * slot
         self._rebase()
 
@@ -156,11 +161,14 @@ class Counted(Stage[Any]):
             item = next(self.upstream)
         except StopIteration:
             self.ended = True
+            if self._nonempty and not self._yielded:
+                raise ValueError(_empty_message()) from None
             raise
         finally:
             fresh, emitted = self._read()
             self._counts[self._slot] = self._base[0] + fresh
             self._counts[self._slot + 1] = self._base[1] + emitted
+        self._yielded = True
         return item
 
     def _config(self) -> dict[str, Any]:
@@ -181,3 +189,12 @@ class Counted(Stage[Any]):
 
     def __repr__(self) -> str:
         return repr(self.upstream)
+
+
+def _empty_message() -> str:
+    info = get_worker_info()
+    where = ("the training process" if info is None
+             else f"DataLoader worker {info.id} of {info.num_workers}")
+    return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
+            "empty, or this reader's part of it is (fewer stream shards than DataLoader "
+            "workers times ranks); check the stream's files, or use fewer workers")
