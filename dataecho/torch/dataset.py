@@ -139,6 +139,7 @@ class EchoDataset(IterableDataset[Any]):
                     f"length; got {given}={shuffle if shuffle is not None else True!r}; "
                     f"drop {given} and configure the stream itself")
             self.sharding = _check_sharding(dataset, sharding)
+            _check_node_split(dataset, self.world_size)
         else:
             if sharding is not None:
                 raise ValueError(
@@ -194,6 +195,7 @@ class EchoDataset(IterableDataset[Any]):
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
+        _check_node_split(self.dataset, resolve_rank(self.rank, self.world_size)[1])
         source = as_stage(self.dataset, "dataset")
         if shards > 1:
             if self.sharding is None:
@@ -324,6 +326,20 @@ def _check_sharding(dataset: object, sharding: object) -> Sharding | None:
     if sharding is None and _splits_itself(dataset):
         return "stream"
     return sharding
+
+
+def _check_node_split(dataset: object, world_size: int | None) -> None:
+    """Refuses a Hugging Face stream that every rank would read whole (duplicates)."""
+    hf = type(dataset).__module__.split(".")[0] == "datasets"
+    # datasets records split_dataset_by_node in this attribute (checked on 2.x-5.x);
+    # a version without it is not checked rather than refused.
+    if (hf and world_size is not None and world_size > 1 and hasattr(dataset, "_distributed")
+            and getattr(dataset, "_distributed", None) is None):
+        raise ValueError(
+            f"dataset is a Hugging Face stream that every one of the {world_size} ranks would "
+            "read whole, duplicating every example; split it first with "
+            "datasets.distributed.split_dataset_by_node(dataset, rank=rank, "
+            "world_size=world_size)")
 
 
 def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:

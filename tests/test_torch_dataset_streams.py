@@ -1,0 +1,257 @@
+"""EchoDataset over streams: WebDataset, Hugging Face datasets, any IterableDataset."""
+
+import collections
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing from a hub: local files only
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from dataecho.torch import EchoDataset
+
+pytestmark = pytest.mark.torch
+
+N, FILES = 48, 4
+
+
+def tag(x, rng):
+    """The example's index and a draw that differs per copy: (index, draw)."""
+    return torch.tensor([float(x), float(rng.random())], dtype=torch.float64)
+
+
+class Numbers(IterableDataset):
+    """A stream that does not split itself: every worker would read all of it."""
+
+    def __init__(self, n, fail_at=None):
+        self.n, self.fail_at = n, fail_at
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail_at:
+                raise KeyError(f"record {i} is missing")
+            yield i
+
+
+class Empty(IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+def _rows(ds, num_workers, batch_size=4):
+    loader = DataLoader(ds, batch_size=batch_size, num_workers=num_workers)
+    return [row for batch in loader for row in batch.tolist()]
+
+
+def _check_epoch(rows, n, factor):
+    """Every example once per epoch as fresh, ``factor`` copies, all draws different."""
+    used = collections.Counter(int(r[0]) for r in rows)
+    assert used == {i: factor for i in range(n)}
+    draws = [r[1] for r in rows]
+    assert len(set(draws)) == len(draws)  # copies, workers and ranks draw differently
+
+
+# --- WebDataset ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tar_urls(tmp_path_factory):
+    wds = pytest.importorskip("webdataset", reason="needs webdataset (dataecho[webdataset])")
+    root = tmp_path_factory.mktemp("wds")
+    urls = []
+    for f in range(FILES):
+        path = str(root / f"part-{f:02d}.tar")
+        with wds.TarWriter(path) as sink:
+            for i in range(f, N, FILES):
+                sink.write({"__key__": f"{i:06d}", "cls": i})
+        urls.append(path)
+    return urls
+
+
+def _webdataset(urls, seed=None):
+    import webdataset as wds
+
+    shuffle = False if seed is None else len(urls)
+    ds = wds.WebDataset(urls, shardshuffle=shuffle, seed=seed, nodesplitter=wds.split_by_node,
+                        empty_check=False)
+    return ds.decode().to_tuple("cls").map(lambda t: t[0])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_webdataset_is_read_once_per_epoch_and_echoed_factor_times_over_ranks(
+        tar_urls, monkeypatch, num_workers):
+    rows, fresh = [], 0
+    for rank in range(2):
+        # WebDataset's split_by_node reads RANK/WORLD_SIZE (torchrun sets them).
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        ds = EchoDataset(_webdataset(tar_urls), augment=tag, factor=2, buffer_size=8, seed=1,
+                         rank=rank, world_size=2)
+        rows += _rows(ds, num_workers)
+        fresh += ds.stats().fresh_examples
+        assert ds.stats().emitted_examples == 2 * ds.stats().fresh_examples
+    _check_epoch(rows, N, 2)
+    assert fresh == N
+
+
+def test_webdataset_with_a_seeded_order_resumes_at_every_batch(tar_urls):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(_webdataset(tar_urls, seed=5), augment=tag, factor=2, buffer_size=5,
+                         seed=2)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    _assert_resumes_at_every_batch(make)
+
+
+# --- Hugging Face datasets ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def json_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    files = []
+    for f in range(FILES):
+        path = root / f"part-{f:02d}.jsonl"
+        path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(f, N, FILES)))
+        files.append(str(path))
+    return files
+
+
+def _hf(files, rank=None, world_size=None):
+    datasets = pytest.importorskip("datasets", reason="needs datasets (dataecho[hf])")
+    from datasets.distributed import split_dataset_by_node
+
+    ds = datasets.load_dataset("json", data_files=files, split="train", streaming=True)
+    if rank is not None:
+        ds = split_dataset_by_node(ds, rank=rank, world_size=world_size)
+    return ds.map(lambda row: {"i": row["i"]})
+
+
+def _index(row, rng):
+    return tag(row["i"], rng)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_hf_stream_is_read_once_per_epoch_and_echoed_factor_times_over_ranks(
+        json_files, num_workers):
+    rows, fresh = [], 0
+    for rank in range(2):
+        ds = EchoDataset(_hf(json_files, rank, 2), augment=_index, factor=3, buffer_size=8,
+                         seed=1, rank=rank, world_size=2)
+        rows += _rows(ds, num_workers)
+        fresh += ds.stats().fresh_examples
+    _check_epoch(rows, N, 3)
+    assert fresh == N
+
+
+def test_hf_stream_resumes_from_its_own_state_at_every_batch(json_files):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(_hf(json_files), augment=_index, factor=2, buffer_size=5, seed=2)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    _assert_resumes_at_every_batch(make)
+
+
+def test_hf_stream_on_several_ranks_without_split_dataset_by_node_is_refused(json_files):
+    with pytest.raises(ValueError, match=r"split_dataset_by_node"):
+        EchoDataset(_hf(json_files), factor=2, rank=0, world_size=2)
+
+
+# --- any IterableDataset --------------------------------------------------------------
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_stream_that_does_not_split_itself_is_split_by_dataecho(num_workers):
+    rows, fresh = [], 0
+    for rank in range(2):
+        ds = EchoDataset(Numbers(N), augment=tag, factor=2, buffer_size=8, seed=1, rank=rank,
+                         world_size=2, sharding="dataecho")
+        rows += _rows(ds, num_workers)
+        fresh += ds.stats().fresh_examples
+    _check_epoch(rows, N, 2)
+    assert fresh == N
+
+
+def test_an_unknown_stream_read_by_several_workers_must_say_who_splits_it():
+    ds = EchoDataset(Numbers(N), factor=2)
+    assert len(_rows(ds, 0)) == 2 * N  # one reader: nothing to split
+    with pytest.raises(ValueError, match=r"sharding must say who splits the stream \(Numbers\) "
+                                         r"across the 2 readers"):
+        _rows(EchoDataset(Numbers(N), factor=2), 2)
+
+
+def test_a_dataecho_split_stream_resumes_at_every_batch():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(Numbers(30), augment=tag, factor=2.5, buffer_size=5, seed=2,
+                         sharding="dataecho")
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    _assert_resumes_at_every_batch(make)
+
+
+def test_an_empty_stream_is_an_error_not_an_empty_epoch():
+    with pytest.raises(ValueError, match=r"dataset yielded no examples in the training "
+                                         r"process for a whole epoch"):
+        _rows(EchoDataset(Empty(), factor=2), 0)
+    with pytest.raises(ValueError, match=r"dataset yielded no examples in DataLoader worker"):
+        _rows(EchoDataset(Empty(), factor=2, sharding="stream"), 2)
+
+
+def test_an_error_in_a_workers_stream_reaches_the_loop_with_its_type():
+    with pytest.raises(KeyError, match="record 7 is missing"):
+        _rows(EchoDataset(Numbers(N, fail_at=7), factor=2, sharding="dataecho"), 2)
+
+
+def test_stream_arguments_that_only_mean_something_for_indexed_data_are_refused():
+    with pytest.raises(ValueError, match=r"shuffle configures how a map-style data set is read, "
+                                         r"and dataset is a stream \(Numbers\)"):
+        EchoDataset(Numbers(4), shuffle=True)
+    with pytest.raises(ValueError, match=r"sharding says who splits a stream"):
+        EchoDataset(list(range(4)), sharding="stream")
+    with pytest.raises(ValueError, match=r"sharding must be 'stream' .* got 'workers'"):
+        EchoDataset(Numbers(4), sharding="workers")
+    with pytest.raises(TypeError, match=r"dataset must be re-iterable .* one-shot iterator"):
+        EchoDataset(iter(range(4)))
+
+
+def test_set_epoch_reaches_a_stream_that_has_one():
+    class Epochs(IterableDataset):
+        def __init__(self):
+            self.epoch = None
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+        def __iter__(self):
+            info = get_worker_info()
+            assert info is None
+            yield from (self.epoch * 10 + i for i in range(3))
+
+    stream = Epochs()
+    ds = EchoDataset(stream, factor=1, buffer_size=1)
+    ds.set_epoch(4)
+    assert sorted(_rows(ds, 0, batch_size=1)) == [40, 41, 42]
+
+
+def _assert_resumes_at_every_batch(make):
+    """A StatefulDataLoader restored at every batch boundary yields exactly the rest."""
+    full = list(make())
+    reference = make()
+    it = iter(reference)
+    for k in range(len(full) + 1):
+        state = json.loads(json.dumps(reference.state_dict()))
+        restored = make()
+        restored.load_state_dict(state)
+        rest = list(restored)
+        assert len(rest) == len(full) - k, k
+        for a, b in zip(rest, full[k:], strict=True):
+            assert torch.equal(a, b), k
+        if k < len(full):
+            next(it)
