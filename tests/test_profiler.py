@@ -40,9 +40,22 @@ def test_profile_calls_a_real_step_on_batches():
     assert len(seen) == 1 + 3 + 1 + 5  # warm-up, timed steps, loop warm-up, loop
 
 
-def test_profile_of_a_too_short_loader_says_what_to_change():
-    with pytest.raises(ValueError, match="loader ran out after 4 batches; pass a smaller warmup"):
+def test_profile_of_a_too_short_loader_says_how_many_it_yielded_and_what_to_change():
+    with pytest.raises(ValueError, match=r"loader must yield at least warmup \+ 2 = 5 batches "
+                                         r".* but it yielded 4; pass warmup=2 or less"):
         profile(range(4), step=0.0, warmup=3)
+    with pytest.raises(ValueError, match=r"but it yielded 1; pass a longer loader: even "
+                                         r"warmup=0 needs 2 batches"):
+        profile([1], step=0.0)
+
+
+@pytest.mark.parametrize("make", [lambda: slow_loader(100, 0.0), lambda: iter(range(100))],
+                         ids=["generator", "iter(loader)"])
+def test_profile_refuses_a_one_shot_iterator_it_would_iterate_twice(make):
+    with pytest.raises(TypeError, match=r"loader must be re-iterable \(profile iterates it "
+                                        r"twice.*got a one-shot iterator .*pass the "
+                                        r"DataLoader \(or list\) itself"):
+        profile(make(), step=0.0, batches=2, warmup=0, steps=1)
 
 
 @pytest.mark.parametrize(("ratio", "factor"), [(0.5, 1.0), (1.005, 1.0), (1.1, 1.1),
