@@ -1,7 +1,9 @@
 """The profiler, the advice it prints, the in-loop monitor and `dataecho profile`."""
 
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,6 +151,23 @@ def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
     assert "e = 3" in text and "e <= R" in text and "min(R, e) = 3.00x" in text
     assert "echo='before_augmentation'" in text and "factor='auto'" in text
     assert "not bit-reproducible" in text
+
+
+def test_advice_states_the_e_le_r_rule_once_and_each_line_says_one_thing():
+    lines = recommend(3.97, 0.797).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "Input-bound", "The loader reads inside the loop", "Fixed factor", "Speedup",
+        "Variant", "Adaptive"]
+    assert sum("e <= R" in line for line in lines) == 1
+
+
+def test_the_profile_guide_shows_the_advice_the_code_prints():
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "profile.md").read_text()
+    sample = guide.split("```console")[1].split("```")[0]
+    ratio = float(re.search(r"^R +([\d.]+)", sample, re.M).group(1))
+    stall = float(re.search(r"^stall +([\d.]+)%", sample, re.M).group(1)) / 100
+    advice = sample.split("\n\n", 1)[1].strip()
+    assert advice == recommend(ratio, stall)
 
 
 def test_advice_caps_the_factor_and_says_why():
