@@ -243,6 +243,13 @@ def test_cli_reports_an_empty_loader_without_a_traceback(tmp_path, monkeypatch, 
     assert "loader must yield at least warmup + 2 = 5 batches" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_generator_loader_with_the_fix(tmp_path, monkeypatch, capsys):
+    (tmp_path / "genloader.py").write_text("def make_loader():\n    yield from range(100)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["--module", "genloader:make_loader", "--step-ms", "1", "--batches", "2"]) == 2
+    assert "loader must be re-iterable" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--step-ms", "-1"], "--step-ms must be a finite duration in milliseconds >= 0, got -1"),
     (["--step-ms", "nan"], "--step-ms must be a finite duration in milliseconds >= 0"),
