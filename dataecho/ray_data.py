@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,6 +32,11 @@ from .stage import Stage, State
 #: The column that numbers the copies of a row: 0 for the fresh read, 1, 2... for echoes.
 COPY_COLUMN = "echo_copy"
 
+#: The most rows :class:`EchoRows` lets one output batch reach: a batch of ``n`` rows
+#: becomes up to ``ceil(factor) * n`` rows, and beyond this (2 GiB per byte of a row) it
+#: is refused before anything is allocated.
+MAX_BATCH_ROWS = 2**31
+
 
 class EchoRows:
     """A ``Dataset.map_batches`` function that repeats every row ``factor`` times.
@@ -45,6 +51,9 @@ class EchoRows:
     the same copies. With integer keys (row numbers, like ``ray.data.range``'s ``id``)
     the draws are exactly those of ``dataecho.Echo(rows in key order, factor, seed)``;
     other keys (file paths) are hashed.
+
+    A batch of ``n`` rows becomes up to ``ceil(factor) * n`` rows; a factor and batch
+    that could pass :data:`MAX_BATCH_ROWS` get a ``ValueError`` before any allocation.
 
     Args:
         factor: copies per row, a real number >= 1.
@@ -78,6 +87,7 @@ class EchoRows:
                 "each row (row numbers such as ray.data.range's 'id', or a file path), so "
                 "every worker and every rerun draws the same extra copies; or pass an "
                 "integer factor")
+        _check_rows(self.factor, 1)
         self.key = key
         epoch = check_positive_int(epoch, "epoch", minimum=0)
         self.seed = derive_seed(check_seed(seed), epoch) if epoch else check_seed(seed)
@@ -85,7 +95,7 @@ class EchoRows:
 
     def copies(self, batch: Mapping[str, Any]) -> np.ndarray:
         """Copies of each row of ``batch`` (an int array)."""
-        n = _rows(batch)
+        n = _check_rows(self.factor, _rows(batch))
         if self.factor == int(self.factor):
             return np.full(n, int(self.factor), dtype=np.int64)
         key = self.key
@@ -103,8 +113,9 @@ class EchoRows:
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if self.copy_column in batch:
             raise ValueError(
-                f"the batch already has a column {self.copy_column!r}: the rows were echoed "
-                "twice; echo once, or pass another copy_column")
+                f"the batch already has a column {self.copy_column!r} (columns: "
+                f"{', '.join(map(str, batch))}), which EchoRows would overwrite; if these rows "
+                "went through echo_rows already, echo once, otherwise pass another copy_column")
         counts = self.copies(batch)
         out = {name: np.repeat(np.asarray(col), counts, axis=0) for name, col in batch.items()}
         # Copy numbers 0..c-1 within each run of copies.
@@ -136,6 +147,9 @@ def echo_rows(dataset: Any, factor: float, *, key: str | None = None, seed: int 
         raise TypeError(f"dataset must be a ray.data.Dataset (with map_batches), got "
                         f"{type(dataset).__name__}; build one with ray.data.from_items/read_*")
     fn = EchoRows(factor, key=key, seed=seed, epoch=epoch, copy_column=copy_column)
+    batch_size = map_batches.get("batch_size")
+    if isinstance(batch_size, int) and not isinstance(batch_size, bool):
+        _check_rows(fn.factor, batch_size)  # now, rather than on a worker mid-run
     if "udf_modifying_row_count" in _parameters(dataset.map_batches):
         # The echo changes the row count: said explicitly, so no Ray version's default
         # lets the optimiser push a limit() or row-count shortcut past it.
@@ -220,6 +234,12 @@ class CountCopies(Stage[Any]):
                 "emitted": self._emitted, "batches": self._batches}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
+        missing = [k for k in ("upstream", "fresh", "emitted", "batches") if k not in state]
+        if missing:
+            raise ValueError(
+                f"state of CountCopies lacks the keys {', '.join(missing)} (it has "
+                f"{', '.join(map(str, state))}); pass the dict returned by "
+                "CountCopies.state_dict(), unchanged")
         self.upstream.load_state_dict(state["upstream"])
         self._fresh, self._emitted = int(state["fresh"]), int(state["emitted"])
         self._batches = int(state["batches"])
@@ -233,6 +253,22 @@ def _rows(batch: Mapping[str, Any]) -> int:
         raise ValueError(f"batch columns must have one length, got lengths {sorted(lengths)}; "
                          "pass a Ray Data batch in the 'numpy' format")
     return lengths.pop()
+
+
+def _check_rows(factor: float, rows: int) -> int:
+    """Returns ``rows`` after checking its batch stays within :data:`MAX_BATCH_ROWS`."""
+    per_row = math.ceil(factor)
+    if per_row * rows <= MAX_BATCH_ROWS:
+        return rows
+    shown = f"{int(factor):,}" if factor == int(factor) else repr(factor)
+    fix = (f"or smaller batches: echo_rows(..., batch_size=N) with N <= "
+           f"{MAX_BATCH_ROWS // per_row:,}" if per_row <= MAX_BATCH_ROWS else
+           "at most 2**31 even for batches of one row")
+    raise ValueError(
+        f"factor={shown} would turn a batch of {rows:,} row{'s' * (rows != 1)} into up to "
+        f"{per_row * rows:,} rows, more than one output batch may hold (MAX_BATCH_ROWS = "
+        f"2**31 = {MAX_BATCH_ROWS:,}); pass a smaller factor (the paper's gains flatten "
+        f"beyond 4-8 copies), {fix}")
 
 
 def _unit(seed: int, key: Any) -> float:

@@ -1,7 +1,9 @@
 """The profiler, the advice it prints, the in-loop monitor and `dataecho profile`."""
 
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +42,22 @@ def test_profile_calls_a_real_step_on_batches():
     assert len(seen) == 1 + 3 + 1 + 5  # warm-up, timed steps, loop warm-up, loop
 
 
-def test_profile_of_a_too_short_loader_says_what_to_change():
-    with pytest.raises(ValueError, match="loader ran out after 4 batches; pass a smaller warmup"):
+def test_profile_of_a_too_short_loader_says_how_many_it_yielded_and_what_to_change():
+    with pytest.raises(ValueError, match=r"loader must yield at least warmup \+ 2 = 5 batches "
+                                         r".* but it yielded 4; pass warmup=2 or less"):
         profile(range(4), step=0.0, warmup=3)
+    with pytest.raises(ValueError, match=r"but it yielded 1; pass a longer loader: even "
+                                         r"warmup=0 needs 2 batches"):
+        profile([1], step=0.0)
+
+
+@pytest.mark.parametrize("make", [lambda: slow_loader(100, 0.0), lambda: iter(range(100))],
+                         ids=["generator", "iter(loader)"])
+def test_profile_refuses_a_one_shot_iterator_it_would_iterate_twice(make):
+    with pytest.raises(TypeError, match=r"loader must be re-iterable \(profile iterates it "
+                                        r"twice.*got a one-shot iterator .*pass the "
+                                        r"DataLoader \(or list\) itself"):
+        profile(make(), step=0.0, batches=2, warmup=0, steps=1)
 
 
 @pytest.mark.parametrize(("ratio", "factor"), [(0.5, 1.0), (1.005, 1.0), (1.1, 1.1),
@@ -138,6 +153,23 @@ def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
     assert "not bit-reproducible" in text
 
 
+def test_advice_states_the_e_le_r_rule_once_and_each_line_says_one_thing():
+    lines = recommend(3.97, 0.797).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "Input-bound", "The loader reads inside the loop", "Fixed factor", "Speedup",
+        "Variant", "Adaptive"]
+    assert sum("e <= R" in line for line in lines) == 1
+
+
+def test_the_profile_guide_shows_the_advice_the_code_prints():
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "profile.md").read_text()
+    sample = guide.split("```console")[1].split("```")[0]
+    ratio = float(re.search(r"^R +([\d.]+)", sample, re.M).group(1))
+    stall = float(re.search(r"^stall +([\d.]+)%", sample, re.M).group(1)) / 100
+    advice = sample.split("\n\n", 1)[1].strip()
+    assert advice == recommend(ratio, stall)
+
+
 def test_advice_caps_the_factor_and_says_why():
     text = recommend(7.0, max_factor=4)
     assert "e = 4 (capped at max_factor=4" in text and "try up to 7" in text
@@ -209,6 +241,13 @@ def test_cli_reports_an_empty_loader_without_a_traceback(tmp_path, monkeypatch, 
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["--module", "emptyloader:make_loader", "--step-ms", "1"]) == 2
     assert "loader must yield at least warmup + 2 = 5 batches" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_generator_loader_with_the_fix(tmp_path, monkeypatch, capsys):
+    (tmp_path / "genloader.py").write_text("def make_loader():\n    yield from range(100)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["--module", "genloader:make_loader", "--step-ms", "1", "--batches", "2"]) == 2
+    assert "loader must be re-iterable" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [

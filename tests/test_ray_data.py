@@ -66,7 +66,9 @@ def test_errors_name_parameter_rule_and_fix():
         EchoRows(2, key=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"key='row' is not a column of the batch \(columns: id"):
         EchoRows(1.5, key="row")(rows(2))
-    with pytest.raises(ValueError, match="already has a column 'echo_copy'"):
+    with pytest.raises(ValueError, match=r"already has a column 'echo_copy' \(columns: id, "
+                                         r"x, img, echo_copy\), which EchoRows would "
+                                         r"overwrite; if these rows went through echo_rows"):
         EchoRows(2)(EchoRows(2)(rows(2)))
     with pytest.raises(ValueError, match="one length"):
         EchoRows(2)({"a": np.arange(2), "b": np.arange(3)})
@@ -80,6 +82,43 @@ def test_errors_name_parameter_rule_and_fix():
         echo_rows([1, 2], 2)
     with pytest.raises(ValueError, match="'echo_copy' column"):
         list(CountCopies([{"x": np.arange(2)}]))
+
+
+def test_a_column_named_like_the_copy_column_is_not_called_an_echo():
+    # The column merely exists: the message must not claim the rows were echoed twice.
+    with pytest.raises(ValueError, match="EchoRows would overwrite") as error:
+        EchoRows(2)({"id": np.arange(2), "echo_copy": np.array([7, 8])})
+    assert "echoed twice" not in str(error.value)
+
+
+def test_a_factor_that_would_make_a_batch_of_billions_of_rows_fails_before_allocating():
+    with pytest.raises(ValueError, match=r"factor=1,000,000,000,000 would turn a batch of 1 row "
+                                         r"into up to 1,000,000,000,000 rows, more than one "
+                                         r"output batch may hold \(MAX_BATCH_ROWS = 2\*\*31"):
+        EchoRows(1e12)
+    echo = EchoRows(2**20)  # fine for batches of up to 2048 rows
+    assert len(echo({"id": np.zeros(1, dtype=np.int8)})["id"]) == 2**20
+    with pytest.raises(ValueError, match=r"factor=1,048,576 would turn a batch of 4,096 rows "
+                                         r"into up to 4,294,967,296 rows.*pass a smaller "
+                                         r"factor .*batch_size=N\) with N <= 2,048"):
+        echo(rows(4096))  # np.repeat would allocate 4 billion rows per column
+
+    class Rows:  # map_batches never runs: the batch size alone is enough to refuse
+        def map_batches(self, fn, batch_format, batch_size):
+            raise AssertionError("echo_rows should have refused the batch size")
+
+    with pytest.raises(ValueError, match=r"factor=3 would turn a batch of 1,073,741,824 rows "
+                                         r"into up to 3,221,225,472 rows"):
+        echo_rows(Rows(), 3, batch_size=2**30)
+
+
+def test_count_copies_state_without_its_counters_is_an_error_naming_them():
+    state = CountCopies([{"echo_copy": np.array([0])}]).state_dict()
+    del state["fresh"], state["batches"]
+    with pytest.raises(ValueError, match=r"state of CountCopies lacks the keys fresh, batches "
+                                         r"\(it has .*\); pass the dict returned by "
+                                         r"CountCopies.state_dict\(\)"):
+        CountCopies([{"echo_copy": np.array([0])}]).load_state_dict(state)
 
 
 def test_count_copies_counts_fresh_rows_and_restores_everywhere():

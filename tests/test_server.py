@@ -59,6 +59,31 @@ def test_paths_outside_the_directory_or_missing_are_404(root: Path, path: str) -
         get(server.url + path)
 
 
+@pytest.mark.parametrize(("path", "status"), [
+    ("/a%00.bin", 400),  # a NUL byte: no file name holds one
+    ("/" + "x" * 300, 404),  # a name longer than the file system allows
+    ("/" + "d/" * 3000 + "a.bin", 404),  # a path longer than the file system allows
+])
+def test_a_nul_byte_or_an_over_long_path_gets_an_answer_not_a_hang_up(
+        root: Path, path: str, status: int) -> None:
+    # A dropped connection would make fetch retry what no retry can fix.
+    with ShardServer(root) as server:
+        with pytest.raises(urllib.error.HTTPError, match=str(status)):
+            get(server.url + path)
+        assert get(server.url + "/a.bin") == (root / "a.bin").read_bytes()
+
+
+@pytest.mark.parametrize(("port", "error", "message"), [
+    (-1, ValueError, r"port must be an int >= 0, got -1; pass port=0"),
+    (65536, ValueError, r"port must be a TCP port in 0\.\.65535, got 65536; pass port=0"),
+    ("80", TypeError, r"port must be an int >= 0, got '80' of type str"),
+])
+def test_a_port_outside_0_to_65535_is_an_error_naming_it(
+        root: Path, port: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        ShardServer(root, port=port)  # type: ignore[arg-type]
+
+
 def test_throttle_delivers_within_20_percent_of_the_bandwidth(root: Path) -> None:
     with ShardServer(root, bandwidth=2_000 * KB) as server:
         elapsed = timed(server.url + "/big.bin")  # 400 KB at 2 MB/s: 0.2 s

@@ -47,64 +47,64 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
         >>> print(recommend(0.5).splitlines()[0])
         Not input-bound: R = 0.50, the loader keeps up with the step.
         >>> print(recommend(1.2).splitlines()[1])  # doctest: +ELLIPSIS
-        Fixed factor: e = 1.2. Rule e <= R: ...
+        Fixed factor: e = 1.2. Echoed steps are free while e <= R: ...
     """
     max_factor = check_positive_int(max_factor, "max_factor")
     ratio = _check_real(ratio, "ratio", "R = t_upstream / t_downstream, e.g. ratio=2.5")
     stall_fraction = _check_real(stall_fraction, "stall_fraction",
                                  "a share in [0, 1], or leave it out")
     if math.isnan(ratio):
-        return ("R is undefined (NaN, not a number): there are no valid loader and step "
-                "times to compare, so there is no basis for advice.\n"
-                "Profile again with the real loader and training step (or --step-ms with "
-                "the step's duration) and enough batches to time.")
+        return ("R is undefined (NaN): no valid loader and step times, so no advice.\n"
+                "Profile again with the real loader and step (or --step-ms), timing enough "
+                "batches.")
     if ratio < 0:
         raise ValueError(f"ratio must be >= 0 (R = t_upstream / t_downstream, a ratio of "
                          f"two durations), got {ratio!r}; pass the measured R, e.g. "
                          "Profile.ratio")
     if math.isinf(ratio):
-        return ("R is infinite: the training step measured 0 s per call (t_downstream = "
-                "0), so R = t_upstream / t_downstream cannot pick a factor.\n"
-                "Time the real step: pass the training step function (--step MODULE:NAME), "
-                "or its duration (--step-ms, greater than 0), and profile again.")
+        return ("R is infinite: the training step measured 0 s per call, so R cannot pick "
+                "a factor.\n"
+                "Time the real step (--step MODULE:NAME, or --step-ms above 0) and profile "
+                "again.")
     if ratio <= 1.0:
         return (f"Not input-bound: R = {ratio:.2f}, the loader keeps up with the step.\n"
-                "Echoing cannot make this job faster (echoed steps are free only while "
-                "e <= R) and would only repeat data: speed up the step instead.")
+                "Echoing would only repeat data (no step is free unless e <= R); speed up "
+                "the step.")
     e = fixed_factor(ratio, max_factor)
     if max_factor == 1:
-        return (f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator "
-                f"idles {1 - 1 / ratio:.0%} of the time.\n"
-                f"max_factor=1 rules out echoing; pass a larger max_factor (e <= R allows "
-                f"up to e = {fixed_factor(ratio, sys.maxsize):g}) for a recommended factor.")
+        return (f"{_idle(ratio, '.0%')}.\n"
+                f"max_factor=1 rules out echoing; pass a larger one (e <= R allows up to "
+                f"e = {fixed_factor(ratio, sys.maxsize):g}).")
     if e <= 1.0:  # 1 < R < 1.01
-        return (f"Barely input-bound: R = {ratio:.4f}; with reading overlapped the "
-                f"accelerator idles {1 - 1 / ratio:.2%} of the time.\n"
-                "Echoing could gain under 1% (the largest hundredth-step factor e <= R is "
-                "1, no echoing): leave it off, or speed up the loader.")
-    stall = "" if math.isnan(stall_fraction) else (
-        f"; a plain loop measured {stall_fraction:.0%} stall")
+        return (f"Barely input-bound{_idle(ratio, '.2%', '.4f')[11:]}.\n"
+                "Echoing could gain under 1% (the largest hundredth step e <= R is 1): "
+                "leave it off, or speed up the loader.")
+    lines = [_idle(ratio, ".0%") + (
+        "." if math.isnan(stall_fraction) else
+        f"; a plain loop stalls {stall_fraction:.0%}.")]
     if stall_fraction > 1 - 1 / ratio + 0.03:  # above the overlapped bound
-        stall += (", so the loader reads inside the loop: overlapping it (DataLoader "
-                  "workers, or AdaptiveEcho's prefetch thread) comes first")
-    cap = (f" (capped at max_factor={max_factor}: the paper's gains flatten beyond "
-           "4-8 and about 4 repeats are nearly as good as fresh data; try up to "
-           f"{fixed_factor(ratio, sys.maxsize):g} if validation quality holds)"
-           ) if ratio > max_factor else ""
+        lines.append("The loader reads inside the loop: overlap it first (DataLoader "
+                     "workers, AdaptiveEcho's prefetch thread).")
+    cap = (f" (capped at max_factor={max_factor}: ~4 repeats are nearly as good as fresh "
+           f"data, gains flatten past 4-8; try up to {fixed_factor(ratio, sys.maxsize):g} "
+           "if validation holds)") if ratio > max_factor else ""
     return "\n".join([
-        f"Input-bound: R = {ratio:.2f}; with reading overlapped the accelerator idles "
-        f"{1 - 1 / ratio:.0%} of the time{stall}.",
-        f"Fixed factor: e = {e:g}{cap}. Rule e <= R: one upstream batch plus e steps take "
-        "max(t_up, e * t_down), so echoed steps are free only while e <= R.",
-        f"Expected speedup: at most min(R, e) = {min(ratio, e):.2f}x steps per second; "
-        "since echoed data is worth less than fresh, time to a target gains less.",
-        "Variant: example echoing before augmentation, the paper's best: "
-        f"dataecho.pipeline(data, augment=..., echo='before_augmentation', factor={e:g}); "
-        f"holding only a loader of batches, batch echoing: EchoBatches(loader, factor={e:g}).",
-        f"Fixed or adaptive: factor='auto' (max_factor={max_factor}) echoes only while the "
-        "next fresh batch is late and follows R as it drifts, but is not bit-reproducible; "
-        "a fixed factor is.",
+        *lines,
+        f"Fixed factor: e = {e:g}{cap}. Echoed steps are free while e <= R: a batch plus "
+        "e steps take max(t_up, e * t_down).",
+        f"Speedup: at most min(R, e) = {min(ratio, e):.2f}x steps/s; less to a target, as "
+        "echoed data is worth less.",
+        f"Variant: dataecho.pipeline(data, augment=..., echo='before_augmentation', "
+        f"factor={e:g}), the paper's best; given only batches, batch echoing: "
+        f"EchoBatches(loader, factor={e:g}).",
+        f"Adaptive: factor='auto' (max_factor={max_factor}) echoes only while a batch is "
+        "late, tracking R; not bit-reproducible.",
     ])
+
+
+def _idle(ratio: float, share: str, r: str = ".2f") -> str:
+    return (f"Input-bound: R = {ratio:{r}}: the accelerator idles {1 - 1 / ratio:{share}} "
+            "with reading overlapped")
 
 
 def _check_real(value: object, name: str, hint: str) -> float:

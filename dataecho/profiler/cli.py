@@ -20,10 +20,16 @@ from ..adaptive import DEFAULT_MAX_FACTOR
 from .measure import profile
 
 
-def _synthetic(seconds: float) -> Iterator[list[int]]:
-    while True:  # an upstream that takes `seconds` per batch, read in the loop
-        time.sleep(seconds)
-        yield [0] * 32
+class _Synthetic:
+    """An endless upstream taking ``seconds`` per batch, read in the loop; re-iterable."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator[list[int]]:
+        while True:
+            time.sleep(self.seconds)
+            yield [0] * 32
 
 
 def _load(target: str) -> Any:
@@ -71,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
     try:
-        loader = (_synthetic(_check_ms(args.synthetic_upstream_ms, "--synthetic-upstream-ms",
-                                       "40")) if args.module is None
+        loader = (_Synthetic(_check_ms(args.synthetic_upstream_ms, "--synthetic-upstream-ms",
+                                        "40")) if args.module is None
                   else _load(args.module))
         if callable(loader) and not isinstance(loader, Iterable):
             loader = loader()

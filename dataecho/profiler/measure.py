@@ -74,12 +74,26 @@ def _check_step(step: object) -> float:
     return seconds
 
 
+def _check_loader(loader: object) -> Iterable[Any]:
+    loader = check_iterable(loader, "loader")
+    # Not iter(loader) is loader: iterating a DataLoader would start its workers.
+    if isinstance(loader, Iterator):
+        raise TypeError(
+            f"loader must be re-iterable (profile iterates it twice: alone, then with the "
+            f"step), got a one-shot iterator ({type(loader).__name__}) whose second pass "
+            "would time another part of the stream or none; pass the DataLoader (or list) "
+            "itself rather than iter(...) or a generator, or an object whose __iter__ "
+            "returns a fresh generator")
+    return loader
+
+
 def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
             batches: int = 50, warmup: int = 3, steps: int = 20) -> Profile:
     """Times the loader alone, the step alone, then both in a plain loop.
 
     Args:
-        loader: any iterable of batches; iterated twice (once for each timed pass).
+        loader: any re-iterable of batches (a DataLoader, a list), iterated twice (once
+            for each timed pass); a one-shot iterator or generator is refused.
         step: the training step ``step(batch)``, or its duration in seconds.
         batches: batches timed in each loader pass.
         warmup: batches (and steps) run untimed first.
@@ -90,7 +104,7 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
         >>> p.ratio < 1, p.batches
         (True, 5)
     """
-    check_iterable(loader, "loader")
+    _check_loader(loader)
     batches = check_positive_int(batches, "batches")
     warmup = check_positive_int(warmup, "warmup", minimum=0)
     steps = check_positive_int(steps, "steps")
@@ -100,19 +114,16 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     try:
         batch = next(it)
     except StopIteration:
-        raise ValueError(
-            f"loader must yield at least warmup + 2 = {warmup + 2} batches (the first, "
-            f"{warmup} warm-up, 1 or more timed), but it yielded none; pass a loader over a "
-            "non-empty data set (and not an iterator that was already used up)") from None
+        raise _too_short(0, warmup) from None
     startup = time.perf_counter() - start
+    read = 1
     for item in _take(it, warmup):
-        batch = item
+        batch, read = item, read + 1
     start, n = time.perf_counter(), 0
     for item in _take(it, batches):
         batch, n = item, n + 1
     if n == 0:
-        raise ValueError(f"loader ran out after {warmup + 1} batches; pass a smaller "
-                         "warmup or a longer loader")
+        raise _too_short(read, warmup)
     upstream = (time.perf_counter() - start) / n
     for _ in range(warmup):
         run(batch)
@@ -121,6 +132,14 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
         run(batch)
     downstream = (time.perf_counter() - start) / steps
     return Profile(upstream, downstream, _stall(iter(loader), run, n, warmup), n, startup)
+
+
+def _too_short(read: int, warmup: int) -> ValueError:
+    fix = (f"pass warmup={read - 2} or less, or a longer loader" if read >= 2 else
+           "pass a longer loader: even warmup=0 needs 2 batches")
+    return ValueError(
+        f"loader must yield at least warmup + 2 = {warmup + 2} batches (the first, {warmup} "
+        f"warm-up, 1 or more timed), but it yielded {read or 'none'}; {fix}")
 
 
 def _stall(it: Iterator[Any], run: Callable[[Any], object], n: int, warmup: int) -> float:

@@ -23,9 +23,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..._checks import check_positive_int
 from .throttle import Throttle, check_rate
 
 _TYPES = {".tar": "application/x-tar", ".json": "application/json"}
+_REASONS = {400: "bad request: a NUL byte in the path", 404: "no such file"}
+_MAX_PORT = 65535
 
 
 def _check_latency(latency: float) -> float:
@@ -34,6 +37,14 @@ def _check_latency(latency: float) -> float:
     if not 0 <= latency < math.inf:
         raise ValueError(f"ShardServer: latency must be finite and >= 0 seconds, got {latency!r}")
     return float(latency)
+
+
+def _check_port(port: object) -> int:
+    port = check_positive_int(port, "port", minimum=0)
+    if port > _MAX_PORT:
+        raise ValueError(f"port must be a TCP port in 0..{_MAX_PORT}, got {port}; pass port=0 "
+                         "to pick a free one (ShardServer.url names it)")
+    return port
 
 
 def _check_count(method: str, n: int) -> None:
@@ -95,8 +106,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(fault[1], "fault injected by ShardServer.fail_next")
             return
         path = owner._resolve(self.path)
-        if path is None:
-            self.send_error(404, "no such file")
+        if isinstance(path, int):
+            self.send_error(path, _REASONS[path])
             return
         data = path.read_bytes()
         self.send_response(200)
@@ -125,7 +136,7 @@ class ShardServer:
         bandwidth: Bytes per second shared by all connections; None for unlimited.
         latency: Seconds each request waits before its response starts.
         host: A loopback address (``127.0.0.1``, ``::1`` or ``localhost``).
-        port: TCP port; 0 picks a free one (see ``url``).
+        port: TCP port, 0..65535; 0 picks a free one (see ``url``).
 
     Attributes:
         url: ``http://127.0.0.1:PORT``, the base URL of ``directory``.
@@ -154,6 +165,7 @@ class ShardServer:
             raise ValueError(f"ShardServer: host must be a loopback address, got {host!r}; "
                              "it simulates a remote store for local tests, so it never "
                              "listens on a network: use '127.0.0.1'")
+        port = _check_port(port)
         self._root = root.resolve()
         self._throttle = Throttle(check_rate(bandwidth, "ShardServer"))
         self._latency = _check_latency(latency)
@@ -242,8 +254,15 @@ class ShardServer:
                 with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
 
-    def _resolve(self, url_path: str) -> Path | None:
+    def _resolve(self, url_path: str) -> Path | int:
+        """The served file at ``url_path``, or the HTTP status that answers instead."""
         relative = urllib.parse.unquote(urllib.parse.urlsplit(url_path).path).lstrip("/")
-        path = (self._root / relative).resolve()
-        # resolve() folds "..": anything that lands outside the root is not served.
-        return path if path.is_relative_to(self._root) and path.is_file() else None
+        if "\x00" in relative:  # no file name holds one; the OS call would raise
+            return 400
+        try:
+            path = (self._root / relative).resolve()
+            # resolve() folds "..": anything that lands outside the root is not served.
+            found = path.is_relative_to(self._root) and path.is_file()
+        except OSError:  # a name or path too long for the file system: no such file
+            return 404
+        return path if found else 404
