@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -148,3 +148,31 @@ def check_timeout(timeout: object, name: str = "timeout") -> float | None:
             f"{name} must be a number of seconds > 0 or None, got {timeout!r}; pass e.g. "
             f"{name}=120, or {name}=None to wait for the upstream forever")
     return float(timeout)
+
+
+def check_reiterable(value: object, name: str, why: str, consequence: str) -> Iterable[Any]:
+    """Returns ``value`` after checking it can be iterated again (not a one-shot iterator).
+
+    Args:
+        value: the iterable to check; never iterated here (iterating a DataLoader would
+            start its workers).
+        name: the parameter's name.
+        why: why it is iterated more than once, e.g. "iterated once per epoch".
+        consequence: what a one-shot iterator would cause, e.g. "later epochs would be
+            empty".
+
+    Example:
+        >>> try:
+        ...     check_reiterable(iter([1]), "loader", "iterated once per epoch", "...")
+        ... except TypeError as e:
+        ...     print(str(e)[:57])
+        loader must be re-iterable (iterated once per epoch), got
+    """
+    value = check_iterable(value, name)
+    if isinstance(value, Iterator):
+        raise TypeError(
+            f"{name} must be re-iterable ({why}), got a one-shot iterator "
+            f"({type(value).__name__}) whose {consequence}; pass the DataLoader (or list) "
+            "itself rather than iter(...) or a generator, or an object whose __iter__ "
+            "returns a fresh generator")
+    return value

@@ -142,16 +142,19 @@ class Epochs:
             name: the parameter ``state`` was passed as, for error messages.
 
         Raises:
-            TypeError: ``state`` is not such a dict.
-            ValueError: one of its values is malformed.
+            TypeError: ``state`` is not a dict.
+            ValueError: a key is missing or a value is malformed.
         """
-        if not isinstance(state, Mapping) or any(k not in state for k in _KEYS):
-            missing = ([k for k in _KEYS if k not in state] if isinstance(state, Mapping)
-                       else list(_KEYS))
+        if not isinstance(state, Mapping):
             raise TypeError(
-                f"{name} must be a dict returned by {owner}.state_dict() (keys "
-                f"{', '.join(_KEYS)}), got {type(state).__name__} missing "
-                f"{', '.join(missing)}; pass the dict saved from the checkpoint")
+                f"{name} must be a dict returned by {owner}.state_dict(), got "
+                f"{type(state).__name__}; pass the dict saved from the checkpoint")
+        missing = [k for k in _KEYS if k not in state]
+        if missing:
+            raise ValueError(
+                f"{name} lacks the keys {', '.join(missing)} that {owner}.state_dict() "
+                f"writes (it has {', '.join(map(str, state)) or 'none'}): it was saved by another "
+                "object; pass the dict saved from this one's checkpoint")
         epoch = check_positive_int(state["epoch"], f"{owner} state 'epoch'", minimum=0)
         done = _stats_of(state["done"], owner, "done")
         counts = _stats_of(state["counts"], owner, "counts")

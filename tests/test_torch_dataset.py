@@ -200,6 +200,9 @@ def test_bad_arguments_are_checked_at_construction():
 def test_state_that_is_not_a_dict_is_rejected():
     with pytest.raises(TypeError, match=r"state must be a dict returned by EchoDataset"):
         EchoDataset(Tokens(3)).load_state_dict(np.zeros(2))
+    with pytest.raises(ValueError, match=r"state lacks the key 'epoch' that "
+                                         r"EchoDataset.state_dict\(\) writes \(it has echo\)"):
+        EchoDataset(Tokens(3)).load_state_dict({"echo": None})
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

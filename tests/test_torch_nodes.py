@@ -158,6 +158,9 @@ def test_errors_name_the_parameter():
         EchoNode(IterableWrapper([1]), 2, size="len")  # type: ignore[arg-type]
     node = EchoNode(IterableWrapper([1]), 2)
     with pytest.raises(TypeError, match="initial_state must be a dict returned by EchoNode"):
+        node.reset([0])
+    with pytest.raises(ValueError, match=r"initial_state lacks the keys done, stage, counts that "
+                                         r"EchoNode.state_dict\(\) writes \(it has epoch\)"):
         node.reset({"epoch": 0})
     assert "factor=2.0" in repr(node)
 

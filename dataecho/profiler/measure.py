@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .._checks import check_iterable, check_positive_int
+from .._checks import check_positive_int, check_reiterable
 from ..adaptive import DEFAULT_MAX_FACTOR
 from .advice import recommend
 
@@ -74,19 +74,6 @@ def _check_step(step: object) -> float:
     return seconds
 
 
-def _check_loader(loader: object) -> Iterable[Any]:
-    loader = check_iterable(loader, "loader")
-    # Not iter(loader) is loader: iterating a DataLoader would start its workers.
-    if isinstance(loader, Iterator):
-        raise TypeError(
-            f"loader must be re-iterable (profile iterates it twice: alone, then with the "
-            f"step), got a one-shot iterator ({type(loader).__name__}) whose second pass "
-            "would time another part of the stream or none; pass the DataLoader (or list) "
-            "itself rather than iter(...) or a generator, or an object whose __iter__ "
-            "returns a fresh generator")
-    return loader
-
-
 def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
             batches: int = 50, warmup: int = 3, steps: int = 20) -> Profile:
     """Times the loader alone, the step alone, then both in a plain loop.
@@ -104,7 +91,8 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
         >>> p.ratio < 1, p.batches
         (True, 5)
     """
-    _check_loader(loader)
+    check_reiterable(loader, "loader", "profile iterates it twice: alone, then with the step",
+                     "second pass would time another part of the stream or none")
     batches = check_positive_int(batches, "batches")
     warmup = check_positive_int(warmup, "warmup", minimum=0)
     steps = check_positive_int(steps, "steps")

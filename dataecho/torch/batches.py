@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .._checks import check_iterable, check_seed, check_size
+from .._checks import check_reiterable, check_seed, check_size
 from .._rng import derive_seed
 from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
 from ..echo import Echo, total_copies
@@ -74,7 +74,8 @@ class EchoBatches:
         check_inplace: bool = True,
         size: Callable[[Any], int] | None = None,
     ) -> None:
-        self.loader = _check_loader(loader)
+        self.loader = check_reiterable(loader, "loader", "iterated once per epoch",
+                                       "later epochs would be empty")
         self.factor = as_factor(factor)  # type: ignore[arg-type]
         self.seed = check_seed(seed)
         self.clone, self.check_inplace = bool(clone), bool(check_inplace)
@@ -218,16 +219,3 @@ class _EpochHook:
 
     def __repr__(self) -> str:
         return f"<set_epoch of {self.owner!r}>"
-
-
-def _check_loader(loader: object) -> Iterable[Any]:
-    loader = check_iterable(loader, "loader")
-    # Not iter(loader) is loader: iterating a DataLoader would start its workers.
-    if isinstance(loader, Iterator):
-        raise TypeError(
-            f"loader must be re-iterable (iterated once per epoch), got a one-shot "
-            f"iterator ({type(loader).__name__}) whose later epochs would be empty; pass "
-            "the DataLoader (or list) itself rather than iter(...) or a generator, or an "
-            "object whose __iter__ returns a fresh generator"
-        )
-    return loader

@@ -247,11 +247,15 @@ class EchoDataset(IterableDataset[Any]):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration resume the checkpointed epoch where it stopped."""
-        if not isinstance(state, Mapping) or "epoch" not in state:
+        if not isinstance(state, Mapping):
             raise TypeError(
                 "state must be a dict returned by EchoDataset.state_dict(), got "
-                f"{type(state).__name__}; pass the dict saved from the checkpoint"
-            )
+                f"{type(state).__name__}; pass the dict saved from the checkpoint")
+        if "epoch" not in state:
+            raise ValueError(
+                f"state lacks the key 'epoch' that EchoDataset.state_dict() writes (it has "
+                f"{', '.join(map(str, state)) or 'none'}): it was saved by another object; "
+                "pass the dict saved from this dataset's checkpoint")
         epoch, self._pipe = int(state["epoch"]), None
         position = state.get("pipeline")
         if isinstance(position, Mapping) and position.get("stage") == "Counted":
