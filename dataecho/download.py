@@ -1,9 +1,9 @@
-"""Reading shards over HTTP: a ``fetch`` that retries what an object store gets wrong.
+"""Downloads over HTTP: a ``fetch`` that retries what an object store gets wrong.
 
 Object stores fail transiently (503s, reset connections, bodies cut short), so
 ``fetch`` retries those with exponential backoff and fails at once on client
-errors, which no retry can fix. The demo's checkpointable shard reader,
-:class:`dataecho.demo.stream.ShardStream`, downloads every shard through it.
+errors, which no retry can fix. :class:`dataecho.TarShards` downloads every
+``http(s)://`` shard through it. Standard library only.
 """
 
 from __future__ import annotations
