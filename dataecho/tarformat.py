@@ -145,6 +145,17 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
                     sample[ext] = handle.read() if handle is not None else b""
                 else:
                     sample[ext] = b""
+            # tarfile ends the walk quietly at a zeroed header past the first one: only
+            # zero padding may follow the archive's last member.
+            assert archive.fileobj is not None
+            archive.fileobj.seek(archive.offset)
+            while chunk := archive.fileobj.read(_CHUNK):
+                if chunk.strip(b"\0"):
+                    break
+            if chunk:
+                where = f" after sample {key!r}" if key is not None else ""
+                raise ShardError(f"shard {shard!r} has a damaged member header{where} at "
+                                 f"byte {archive.offset}; fetch it again or rewrite it")
     except (tarfile.TarError, EOFError, OSError) as error:
         where = f" after sample {key!r}" if key is not None else ""
         raise ShardError(f"shard {shard!r} is not a valid tar file ({error}){where}; fetch "

@@ -142,6 +142,7 @@ class TarShards(Stage[Sample]):
     def __next__(self) -> Sample:
         while True:
             if self._finished():
+                self.close()  # the download thread ends with the last shard
                 raise StopIteration
             if self._cursor is None:
                 self._open()
