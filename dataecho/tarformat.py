@@ -209,24 +209,40 @@ def check_digest(fileobj: IO[bytes], shard: str, expected: Digest) -> None:
             "it and its digest")
 
 
-def parse_digests(digests: Mapping[str, Any]) -> dict[str, Digest]:
-    """Digests by shard name from ``{name: (size, sha256)}`` or a ``write_shards`` index.
+def parse_digests(digests: Mapping[str, Any], urls: list[str]) -> dict[str, Digest]:
+    """Each URL's digest from ``{url or file name: (size, sha256)}`` or a shard index.
+
+    A shard index is a dict with a ``"shards"`` list of ``{"name", "bytes", "sha256"}``
+    entries, as ``dataecho.demo.remote.write_shards`` writes it.
+
+    Raises:
+        ValueError: ``digests`` is malformed or has no entry for one of ``urls``.
 
     Example:
-        >>> parse_digests({"shards": [{"name": "a.tar", "bytes": 3, "sha256": "ab"}]})
-        {'a.tar': (3, 'ab')}
+        >>> parse_digests({"shards": [{"name": "a.tar", "bytes": 3, "sha256": "ab"}]},
+        ...               ["http://host/a.tar"])
+        {'http://host/a.tar': (3, 'ab')}
     """
     if not isinstance(digests, Mapping):
         raise TypeError(f"digests must be a dict {{shard: (size, sha256 hex)}} or a shard "
                         f"index with a 'shards' list, got {type(digests).__name__}")
     try:
         if "shards" in digests and not isinstance(digests["shards"], (tuple, str)):
-            return {str(s["name"]): (int(s["bytes"]), s.get("sha256"))
-                    for s in digests["shards"]}  # fmt: skip
-        return {str(k): (int(v[0]), None if v[1] is None else str(v[1]))
-                for k, v in digests.items()}  # fmt: skip
+            table = {str(s["name"]): (int(s["bytes"]), s.get("sha256"))
+                     for s in digests["shards"]}  # fmt: skip
+        else:
+            table = {str(k): (int(v[0]), None if v[1] is None else str(v[1]))
+                     for k, v in digests.items()}  # fmt: skip
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise ValueError(f"digests must map each shard to (size in bytes, sha256 hex) or be a "
                          f"shard index whose 'shards' entries have 'name' and 'bytes', but "
                          f"reading it failed ({error!r}); build it as {{name: (size, hex)}}"
                          ) from error
+    found: dict[str, Digest] = {}
+    for url in urls:
+        name = url.rsplit("/", 1)[-1]
+        if url not in table and name not in table:
+            raise ValueError(f"digests has no entry for shard {url!r} (by URL or by file "
+                             f"name {name!r}); add one, or pass digests=None")
+        found[url] = table[url] if url in table else table[name]
+    return found

@@ -5,26 +5,22 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import queue
 import urllib.parse
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from threading import Thread
 from typing import IO, Any
 
 import numpy as np
 
 from . import _rng
 from ._checks import check_positive_int, check_seed
-from .download import fetch
+from .download import Downloads, fetch
 from .stage import Stage, State
-from .tarformat import Digest, ShardError, check_digest, expand_urls, iter_samples, parse_digests
+from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
 
 SHARD_ORDER = 0x5D  # the per-epoch shard permutation's seed tag; moves to _rng.py
 
 Sample = dict[str, Any]
-_Job = tuple[str, "Future[bytes]"] | None
 
 
 class TarShards(Stage[Sample]):
@@ -103,7 +99,7 @@ class TarShards(Stage[Sample]):
                 "workers or ranks, or write the data into more shards")
         self.prefetch = check_positive_int(prefetch, "prefetch", minimum=0)
         self.retries = check_positive_int(retries, "retries", minimum=0)
-        self._digests = _match_digests(self.urls, digests)
+        self._digests = {} if digests is None else parse_digests(digests, self.urls)
         names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
         self._cfg = {"num_urls": len(self.urls),
                      "names_sha256": hashlib.sha256(names.encode()).hexdigest()[:16],
@@ -117,8 +113,7 @@ class TarShards(Stage[Sample]):
         self._file: IO[bytes] | None = None
         self._cursor: Iterator[Sample] | None = None
         self._pending: dict[tuple[int, int], Future[bytes]] = {}
-        self._jobs: queue.SimpleQueue[_Job] | None = None
-        self._stop: weakref.finalize[Any, Any] | None = None
+        self._downloads: Downloads | None = None
 
     @property
     def epoch(self) -> int:
@@ -192,7 +187,9 @@ class TarShards(Stage[Sample]):
         keys = self._next_keys()
         for key in keys:
             if key not in self._pending:
-                self._pending[key] = self._submit(self.urls[self.order(key[0])[key[1]]])
+                if self._downloads is None:
+                    self._downloads = Downloads(retries=self.retries)
+                self._pending[key] = self._downloads.submit(self.urls[self.order(key[0])[key[1]]])
         for key in [k for k in self._pending if k not in keys]:
             self._pending.pop(key).cancel()
         return self._pending.pop((self._epoch, self._pos)).result()
@@ -210,18 +207,6 @@ class TarShards(Stage[Sample]):
             pos += 1
         return keys
 
-    def _submit(self, url: str) -> Future[bytes]:
-        if self._jobs is None:
-            self._jobs = queue.SimpleQueue()
-            Thread(target=_downloads, args=(self._jobs, self.retries),
-                   name="dataecho-tarshards", daemon=True).start()
-            # The thread holds the queue, never this reader, so collecting the reader
-            # runs this finalizer, which tells the thread to end.
-            self._stop = weakref.finalize(self, self._jobs.put, None)
-        future: Future[bytes] = Future()
-        self._jobs.put((url, future))
-        return future
-
     def _close_shard(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -233,9 +218,9 @@ class TarShards(Stage[Sample]):
         for future in self._pending.values():
             future.cancel()
         self._pending = {}
-        if self._stop is not None:
-            self._stop()
-        self._jobs = self._stop = None
+        if self._downloads is not None:
+            self._downloads.close()
+        self._downloads = None
 
     def _config(self) -> dict[str, Any]:
         return self._cfg
@@ -271,17 +256,6 @@ class TarShards(Stage[Sample]):
         return f"TarShards({urls}, {args})"
 
 
-def _downloads(jobs: queue.SimpleQueue[_Job], retries: int) -> None:
-    while (job := jobs.get()) is not None:
-        url, future = job
-        if not future.set_running_or_notify_cancel():
-            continue  # dropped: a restore or close() no longer needs it
-        try:
-            future.set_result(fetch(url, retries=retries))
-        except BaseException as error:  # raised again by the reader's result()
-            future.set_exception(error)
-
-
 def _check_urls(urls: object) -> list[str]:
     if isinstance(urls, str):
         found = expand_urls(urls)
@@ -306,17 +280,3 @@ def _local_path(url: str) -> str:
     if url.startswith("file:"):
         return urllib.parse.unquote(urllib.parse.urlsplit(url).path)
     return url
-
-
-def _match_digests(urls: list[str], digests: Mapping[str, Any] | None) -> dict[str, Digest]:
-    if digests is None:
-        return {}
-    table = parse_digests(digests)
-    found: dict[str, Digest] = {}
-    for url in urls:
-        name = url.rsplit("/", 1)[-1]
-        if url not in table and name not in table:
-            raise ValueError(f"digests has no entry for shard {url!r} (by URL or by file "
-                             f"name {name!r}); add one, or pass digests=None")
-        found[url] = table[url] if url in table else table[name]
-    return found

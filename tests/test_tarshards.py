@@ -304,7 +304,7 @@ def test_download_thread_stops_on_close_and_on_garbage_collection(served):
     _, urls = served
 
     def live() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name == "dataecho-tarshards"]
+        return [t for t in threading.enumerate() if t.name == "dataecho-downloads"]
 
     with TarShards(urls, prefetch=2) as reader:
         next(reader)
