@@ -12,6 +12,7 @@ Stages wrap their upstream and checkpoint with ``state_dict``/``load_state_dict`
 
 from .adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho, AdaptiveExamples, AdaptiveStats
 from .batch import Batch, collate
+from .download import FetchError, fetch
 from .echo import Echo
 from .factor import Auto
 from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
@@ -23,6 +24,8 @@ from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage
 from .stats import EchoStats
+from .tarformat import ShardError
+from .tarshards import TarShards
 
 __version__ = "0.1.0"
 
@@ -36,6 +39,7 @@ __all__ = [
     "Batch",
     "Echo",
     "EchoStats",
+    "FetchError",
     "IterableSource",
     "LoopTiming",
     "Map",
@@ -43,13 +47,16 @@ __all__ = [
     "NodeSource",
     "Profile",
     "Shard",
+    "ShardError",
     "Shuffle",
     "Source",
     "Stage",
     "StatefulSource",
+    "TarShards",
     "__version__",
     "as_stage",
     "collate",
+    "fetch",
     "pipeline",
     "profile",
 ]

@@ -7,22 +7,19 @@ subpackage reproduces that setting on one machine:
 * ``write_shards`` turns arrays into WebDataset-style tar shards (PNG + label);
 * ``ShardServer`` serves them on loopback with a shared bandwidth cap, a
   per-request latency and injectable faults;
-* ``fetch`` downloads with retries; ``decode_image`` decodes what it read
-  (the demo's ``ShardStream`` reads shards through both).
+* ``decode_image`` decodes what the demo's ``ShardStream`` reads through
+  :class:`dataecho.TarShards` (which downloads with :func:`dataecho.fetch`,
+  re-exported here).
 
 Only numpy and the standard library are needed; Pillow is imported by the image
 codec when it is first used.
 """
 
+from ...download import FetchError, fetch
+from ...tarformat import ShardError
 from .codec import decode_image, encode_image
-from .reader import FetchError, fetch
 from .server import ShardServer
-from .shards import (
-    ShardError,
-    iter_shard,
-    read_index,
-    write_shards,
-)
+from .shards import image_and_label, iter_shard, read_index, write_shards
 from .throttle import Throttle
 
 __all__ = [
@@ -33,6 +30,7 @@ __all__ = [
     "decode_image",
     "encode_image",
     "fetch",
+    "image_and_label",
     "iter_shard",
     "read_index",
     "write_shards",

@@ -2,10 +2,12 @@
 
 A shard is a plain tar file whose members come in pairs named by a sample key:
 ``{key}.png`` (or ``.jpg``) holding the encoded image and ``{key}.cls`` holding
-the label as ASCII digits. Reading one back costs a network transfer and an
+the label as ASCII digits: the WebDataset format, read by :class:`dataecho.TarShards`
+and by ``webdataset`` itself. Reading one back costs a network transfer and an
 image decode per sample: the expensive upstream work that data echoing repeats
-the output of. An index ``{prefix}-index.json`` lists the shards and their sample
-counts and is written last, so a directory with an index holds complete shards.
+the output of. An index ``{prefix}-index.json`` lists the shards with their sample
+counts, sizes and SHA-256 digests (``TarShards(digests=index)`` checks them) and is
+written last, so a directory with an index holds complete shards.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -23,24 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ...tarformat import ShardError, iter_samples
 from .codec import encode_image
 
 INDEX_FORMAT = "dataecho-shards/1"
 IMAGE_EXTS = ("png", "jpg", "jpeg")
-_KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # WebDataset's rule: key = up to the first dot
-
-
-class ShardError(ValueError):
-    """A shard that cannot be read: not a tar file, or a sample lacks its image or label.
-
-    A ``ValueError``: the bytes arrived but hold the wrong content. The message names
-    the shard.
-
-    Example:
-        >>> list(iter_shard(b"junk", "train-00007.tar"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        dataecho.demo.remote.shards.ShardError: iter_shard: shard 'train-00007.tar' is not a ...
-    """
 
 
 def _digest(images: np.ndarray, labels: np.ndarray, shard_size: int, fmt: str) -> str:
@@ -163,7 +151,8 @@ def write_shards(
     digest = _digest(images, labels, shard_size, fmt)
     old = _previous(index_path)
     if old.get("source") == digest and all(
-        (root / s["name"]).is_file() and (root / s["name"]).stat().st_size == s["bytes"]
+        "sha256" in s and (root / s["name"]).is_file()
+        and (root / s["name"]).stat().st_size == s["bytes"]
         for s in old["shards"]
     ):
         return [s["name"] for s in old["shards"]]
@@ -179,7 +168,8 @@ def write_shards(
             members.append((f"{i:08d}.cls", str(int(labels[i])).encode("ascii")))
         payload = _tar(members)
         _atomic_write(root / name, payload)
-        entries.append({"name": name, "samples": len(members) // 2, "bytes": len(payload)})
+        entries.append({"name": name, "samples": len(members) // 2, "bytes": len(payload),
+                        "sha256": hashlib.sha256(payload).hexdigest()})
     for name in {s["name"] for s in old.get("shards", [])} - {e["name"] for e in entries}:
         (root / name).unlink(missing_ok=True)
     index = {"format": INDEX_FORMAT, "prefix": prefix, "fmt": fmt, "source": digest,
@@ -191,7 +181,9 @@ def write_shards(
 def iter_shard(data: bytes, name: str) -> Iterator[tuple[str, bytes, int]]:
     """Yields ``(key, image_bytes, label)`` for each sample of a shard, in tar order.
 
-    Members with other extensions (``.json``, ``.txt``) are skipped, as WebDataset does.
+    The tar walking is :func:`dataecho.tarformat.iter_samples`; this adds the demo's
+    rule that every sample holds an image and a ``.cls`` label. Members with other
+    extensions (``.json``, ``.txt``) are skipped.
 
     Raises:
         ShardError: The shard is not a tar file, is truncated, holds no samples,
@@ -202,47 +194,34 @@ def iter_shard(data: bytes, name: str) -> Iterator[tuple[str, bytes, int]]:
         >>> list(iter_shard(shard, "train-00000.tar"))
         [('00000000', b'...', 3)]
     """
-    sample: dict[str, bytes] = {}
-    key: str | None = None
-    seen: set[str] = set()
-
-    def finish() -> tuple[str, bytes, int]:
-        image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
-        if image is None or "cls" not in sample:
-            missing = "image (.png/.jpg)" if image is None else "label (.cls)"
-            raise ShardError(f"iter_shard: sample {key!r} in shard {name!r} has no {missing}; "
-                             "the shard is damaged: write it again with write_shards")
-        try:
-            return str(key), image, int(sample["cls"].decode("ascii").strip())
-        except (UnicodeDecodeError, ValueError) as error:
-            raise ShardError(f"iter_shard: label of sample {key!r} in shard {name!r} must be "
-                             f"ASCII digits, got {sample['cls'][:20]!r}") from error
-
-    # tarfile reads a tar cut at a member boundary as a shorter valid one; every
-    # tar writer ends the archive with two zero blocks, so their absence is the tell.
-    if data[-1024:] != bytes(1024):
-        raise ShardError(f"iter_shard: shard {name!r} is not a valid tar file (it does not "
-                         "end with two zero blocks: truncated?); fetch it again")
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-            for member in archive:
-                match = _KEY.match(member.name)
-                if not member.isfile() or match is None:
-                    continue
-                if match.group(1) != key:
-                    if key is not None:
-                        yield finish()
-                    if match.group(1) in seen:
-                        raise ShardError(f"iter_shard: members of sample {match.group(1)!r} "
-                                         f"in shard {name!r} are not adjacent")
-                    key, sample = match.group(1), {}
-                    seen.add(key)
-                handle = archive.extractfile(member)
-                sample[match.group(2).lower()] = handle.read() if handle else b""
-    except (tarfile.TarError, EOFError, OSError) as error:
-        raise ShardError(f"iter_shard: shard {name!r} is not a valid tar file ({error}); "
-                         "fetch it again or rewrite it with write_shards") from error
-    if key is None:
+    count = 0
+    for sample in iter_samples(io.BytesIO(data), name):
+        yield image_and_label(sample)
+        count += 1
+    if not count:
         raise ShardError(f"iter_shard: shard {name!r} holds no samples; it is empty or not "
                          "a shard written by write_shards")
-    yield finish()
+
+
+def image_and_label(sample: dict[str, Any]) -> tuple[str, bytes, int]:
+    """``(key, image_bytes, label)`` of one sample read by :class:`dataecho.TarShards`.
+
+    Raises:
+        ShardError: the sample lacks its image (``.png``/``.jpg``) or its ``.cls`` label,
+            or the label is not ASCII digits; the message names the sample and shard.
+
+    Example:
+        >>> image_and_label({"__key__": "7", "__url__": "s.tar", "png": b"..", "cls": b"3"})
+        ('7', b'..', 3)
+    """
+    key, name = sample["__key__"], sample["__url__"]
+    image = next((sample[e] for e in IMAGE_EXTS if e in sample), None)
+    if image is None or "cls" not in sample:
+        missing = "image (.png/.jpg)" if image is None else "label (.cls)"
+        raise ShardError(f"iter_shard: sample {key!r} in shard {name!r} has no {missing}; "
+                         "the shard is damaged: write it again with write_shards")
+    try:
+        return str(key), image, int(sample["cls"].decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ShardError(f"iter_shard: label of sample {key!r} in shard {name!r} must be "
+                         f"ASCII digits, got {sample['cls'][:20]!r}") from error

@@ -1,4 +1,4 @@
-"""Tests of dataecho.demo.remote.reader: retrying fetches."""
+"""Tests of dataecho.download: fetch, retrying downloads."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataecho.demo.remote import FetchError, ShardServer, fetch
+from dataecho import FetchError, fetch
+from dataecho.demo.remote import ShardServer
 
 # Every test must leave no server or request thread behind (fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("no_thread_leak")

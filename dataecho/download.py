@@ -1,9 +1,9 @@
-"""Reading shards over HTTP: a ``fetch`` that retries what an object store gets wrong.
+"""Downloads over HTTP: a ``fetch`` that retries what an object store gets wrong.
 
 Object stores fail transiently (503s, reset connections, bodies cut short), so
 ``fetch`` retries those with exponential backoff and fails at once on client
-errors, which no retry can fix. The demo's checkpointable shard reader,
-:class:`dataecho.demo.stream.ShardStream`, downloads every shard through it.
+errors, which no retry can fix. :class:`dataecho.TarShards` downloads every
+``http(s)://`` shard through it. Standard library only.
 """
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from __future__ import annotations
 import http.client
 import math
 import numbers
+import queue
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
+from concurrent.futures import Future
 
 # 408 and 429 are client-side codes that still mean "try again later", and object
 # stores (GCS, S3) document them as retryable; every other 4xx is final.
@@ -115,3 +119,54 @@ def fetch(url: str, *, retries: int = 5, backoff: float = 0.05, timeout: float =
         f"{last}; check that the server is up, or pass a larger retries or timeout",
         url=url, attempts=retries + 1, status=status,
     )
+
+
+_Job = tuple[str, "Future[bytes]"] | None
+
+
+class Downloads:
+    """One daemon thread that runs :func:`fetch` on queued URLs, in order.
+
+    ``submit`` returns a ``Future``; its ``result()`` is the bytes, or raises the
+    download's error with its own type. A cancelled future is skipped. ``close()`` or
+    garbage collection ends the thread after its current transfer: the thread holds
+    the queue, never this object.
+
+    Example:
+        >>> import tempfile; from pathlib import Path; from dataecho.demo.remote import ShardServer
+        >>> root = tempfile.mkdtemp(); _ = Path(root, "x.bin").write_bytes(b"abc")
+        >>> with ShardServer(root) as server:
+        ...     downloads = Downloads()
+        ...     data = downloads.submit(server.url + "/x.bin").result()
+        ...     downloads.close()
+        >>> data
+        b'abc'
+    """
+
+    def __init__(self, *, retries: int = 5) -> None:
+        self.retries = retries
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        threading.Thread(target=_work, args=(self._jobs, retries), name="dataecho-downloads",
+                         daemon=True).start()
+        self._stop = weakref.finalize(self, self._jobs.put, None)
+
+    def submit(self, url: str) -> Future[bytes]:
+        """Queues ``url``; the future completes when its download ends."""
+        future: Future[bytes] = Future()
+        self._jobs.put((url, future))
+        return future
+
+    def close(self) -> None:
+        """Ends the thread once its current download (if any) is done; idempotent."""
+        self._stop()
+
+
+def _work(jobs: queue.SimpleQueue[_Job], retries: int) -> None:
+    while (job := jobs.get()) is not None:
+        url, future = job
+        if not future.set_running_or_notify_cancel():
+            continue  # cancelled: no longer needed
+        try:
+            future.set_result(fetch(url, retries=retries))
+        except BaseException as error:  # raised again by the caller's result()
+            future.set_exception(error)

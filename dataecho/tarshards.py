@@ -1,0 +1,282 @@
+"""The tar shard reader: WebDataset-format shards, local or over HTTP, with exact resume."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import IO, Any
+
+import numpy as np
+
+from . import _rng
+from ._checks import check_positive_int, check_seed
+from .download import Downloads, fetch
+from .stage import Stage, State
+from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
+
+SHARD_ORDER = 0x5D  # the per-epoch shard permutation's seed tag; moves to _rng.py
+
+Sample = dict[str, Any]
+
+
+class TarShards(Stage[Sample]):
+    """Reads the samples of WebDataset-format tar shards, shard by shard, checkpointably.
+
+    Samples come as webdataset yields them: a dict with ``"__key__"``, ``"__url__"``
+    and one ``bytes`` value per file extension (``"png"``, ``"cls"``, ...), undecoded:
+    decode with :class:`dataecho.Map`. Shards written by ``webdataset.TarWriter`` or
+    ``ShardWriter`` read here, and ``webdataset.WebDataset`` reads the same files.
+
+    The shard order of epoch ``e`` is a permutation keyed by ``(seed, e)``; reader
+    ``k`` of ``n`` takes positions ``k, k + n, ...`` of it, so DataLoader workers and
+    DDP ranks (``shard_index = rank * num_workers + worker``) read disjoint shards that
+    together cover the epoch. Within a shard samples come in tar order: put a
+    :class:`dataecho.Shuffle` downstream.
+
+    The checkpoint holds (epoch, shard position, sample offset), never bytes. Restoring
+    opens the current shard again and skips ``offset`` samples; earlier shards are not
+    read. A local shard's skipped samples cost only their tar headers (the data is
+    seeked past); an ``http(s)://`` shard is downloaded again whole, up to one shard's
+    transfer per restore. With ``digests`` the current shard is read whole to check it.
+
+    One daemon thread downloads the next ``prefetch`` ``http(s)://`` shards while the
+    current one is read; ``close()``, ``with`` or garbage collection stops it, and a
+    download's error is raised by ``next()`` with its own type. Local files are read
+    in the caller's thread (the operating system reads ahead).
+
+    Args:
+        urls: local paths, ``file:`` or ``http(s)://`` URLs, as a list or one string in
+            webdataset's brace notation (``"data-{000000..000009}.tar"``).
+        shuffle: permute the shards each epoch (else read them in the given order).
+        seed: seed of the per-epoch shard order.
+        num_epochs: epochs to read; None reads forever.
+        epoch: the first epoch (e.g. from ``set_epoch``).
+        shard_index: this reader, in ``[0, num_shards)``.
+        num_shards: how many readers share the shards; at most ``len(urls)``.
+        prefetch: ``http(s)`` shards downloaded ahead; 0 downloads when needed.
+        retries: retries per download (see :func:`dataecho.fetch`).
+        digests: ``{shard URL or file name: (size, sha256 hex)}``, or a shard index
+            dict with a ``"shards"`` list of ``{"name", "bytes", "sha256"}``; each
+            shard is checked before its first sample, and a mismatch raises
+            :class:`ShardError` naming the shard.
+
+    Example:
+        >>> import io, tarfile, tempfile
+        >>> path = tempfile.mkdtemp() + "/part-0.tar"
+        >>> with tarfile.open(path, "w") as tar:
+        ...     for name, data in [("a.txt", b"hi"), ("a.cls", b"1"), ("b.txt", b"yo")]:
+        ...         info = tarfile.TarInfo(name); info.size = len(data)
+        ...         tar.addfile(info, io.BytesIO(data))
+        >>> [(s["__key__"], s["txt"]) for s in TarShards([path])]
+        [('a', b'hi'), ('b', b'yo')]
+    """
+
+    def __init__(self, urls: str | Sequence[str | os.PathLike[str]], *, shuffle: bool = True,
+                 seed: int = 0, num_epochs: int | None = 1, epoch: int = 0,
+                 shard_index: int = 0, num_shards: int = 1, prefetch: int = 1,
+                 retries: int = 5,
+                 digests: Mapping[str, Any] | None = None) -> None:
+        self.pattern = urls if isinstance(urls, str) else None
+        self.urls = _check_urls(urls)
+        self.shuffle = bool(shuffle)
+        self.seed = check_seed(seed)
+        self.num_epochs = None if num_epochs is None else check_positive_int(
+            num_epochs, "num_epochs")
+        self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self.num_shards = check_positive_int(num_shards, "num_shards")
+        self.shard_index = check_positive_int(shard_index, "shard_index", minimum=0)
+        if self.shard_index >= self.num_shards:
+            raise ValueError(f"shard_index must be in [0, num_shards={self.num_shards}), got "
+                             f"{self.shard_index}; pass rank * num_workers + worker_id")
+        if self.num_shards > len(self.urls):
+            raise ValueError(
+                f"num_shards={self.num_shards} readers need at least as many shards, but "
+                f"urls lists {len(self.urls)}: some readers would read nothing; use fewer "
+                "workers or ranks, or write the data into more shards")
+        self.prefetch = check_positive_int(prefetch, "prefetch", minimum=0)
+        self.retries = check_positive_int(retries, "retries", minimum=0)
+        self._digests = {} if digests is None else parse_digests(digests, self.urls)
+        names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
+        self._cfg = {"num_urls": len(self.urls),
+                     "names_sha256": hashlib.sha256(names.encode()).hexdigest()[:16],
+                     "shuffle": self.shuffle, "seed": self.seed, "num_epochs": self.num_epochs,
+                     "epoch": self.first_epoch, "shard_index": self.shard_index,
+                     "num_shards": self.num_shards}  # fmt: skip
+        self._epoch, self._pos, self._offset, self.items_read = self.first_epoch, 0, 0, 0
+        self._empty = 0  # shards in a row that held no sample
+        self.bytes_read = 0  # shard bytes downloaded or opened, for throughput reports
+        self._orders: dict[int, list[int]] = {}
+        self._file: IO[bytes] | None = None
+        self._cursor: Iterator[Sample] | None = None
+        self._pending: dict[tuple[int, int], Future[bytes]] = {}
+        self._downloads: Downloads | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the sample returned last (the first epoch before any)."""
+        return self._epoch
+
+    def order(self, epoch: int) -> list[int]:
+        """Indices into ``urls`` that this reader reads in ``epoch``, in order."""
+        if epoch not in self._orders:
+            if len(self._orders) > 2:
+                self._orders.clear()
+            n = len(self.urls)
+            perm = (_rng.rng(self.seed, SHARD_ORDER, epoch).permutation(n) if self.shuffle
+                    else np.arange(n))  # fmt: skip
+            self._orders[epoch] = perm[self.shard_index :: self.num_shards].tolist()
+        return self._orders[epoch]
+
+    def _finished(self) -> bool:
+        return self.num_epochs is not None and self._epoch >= self.first_epoch + self.num_epochs
+
+    def __next__(self) -> Sample:
+        while True:
+            if self._finished():
+                self.close()  # the download thread ends with the last shard
+                raise StopIteration
+            if self._cursor is None:
+                self._open()
+            assert self._cursor is not None
+            try:
+                sample = next(self._cursor, None)
+            except BaseException:
+                self._close_shard()  # next() opens the shard again at the same sample
+                raise
+            if sample is not None:
+                break
+            self._close_shard()
+            self._empty = self._empty + 1 if self._offset == 0 else 0
+            if self._empty > len(self.urls):  # else an endless run would spin forever
+                raise ShardError(f"TarShards: {self._empty} shards in a row held no samples; "
+                                 "every shard of this reader is empty: check urls")
+            self._offset, self._pos = 0, self._pos + 1
+            if self._pos >= len(self.order(self._epoch)):
+                self._epoch, self._pos = self._epoch + 1, 0
+        self._offset += 1
+        self.items_read += 1
+        return sample
+
+    def _open(self) -> None:
+        url = self.urls[self.order(self._epoch)[self._pos]]
+        if url.startswith(("http://", "https://")):
+            fileobj: IO[bytes] = io.BytesIO(self._download())
+        else:
+            fileobj = open(_local_path(url), "rb")  # noqa: SIM115 (closed by _close_shard)
+        self._file = fileobj
+        try:
+            self.bytes_read += fileobj.seek(0, 2)
+            fileobj.seek(0)
+            if url in self._digests:
+                check_digest(fileobj, url, self._digests[url])
+            self._cursor = iter_samples(fileobj, url, skip=self._offset)
+        except BaseException:
+            self._close_shard()
+            raise
+
+    def _download(self) -> bytes:
+        if self.prefetch == 0:
+            url = self.urls[self.order(self._epoch)[self._pos]]
+            return fetch(url, retries=self.retries)
+        # The current shard and the next `prefetch` ones queue in order on one thread,
+        # so the link stays busy while this shard is read.
+        keys = self._next_keys()
+        for key in keys:
+            if key not in self._pending:
+                if self._downloads is None:
+                    self._downloads = Downloads(retries=self.retries)
+                self._pending[key] = self._downloads.submit(self.urls[self.order(key[0])[key[1]]])
+        for key in [k for k in self._pending if k not in keys]:
+            self._pending.pop(key).cancel()
+        return self._pending.pop((self._epoch, self._pos)).result()
+
+    def _next_keys(self) -> list[tuple[int, int]]:
+        keys: list[tuple[int, int]] = []
+        epoch, pos = self._epoch, self._pos
+        for _ in range(min(self.prefetch + 1, 1 << 16)):
+            if pos >= len(self.order(epoch)):
+                epoch, pos = epoch + 1, 0
+            if self.num_epochs is not None and epoch >= self.first_epoch + self.num_epochs:
+                break
+            if self.urls[self.order(epoch)[pos]].startswith(("http://", "https://")):
+                keys.append((epoch, pos))
+            pos += 1
+        return keys
+
+    def _close_shard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = self._cursor = None
+
+    def close(self) -> None:
+        """Closes the open shard and stops the download thread after its transfer."""
+        self._close_shard()
+        for future in self._pending.values():
+            future.cancel()
+        self._pending = {}
+        if self._downloads is not None:
+            self._downloads.close()
+        self._downloads = None
+
+    def _config(self) -> dict[str, Any]:
+        return self._cfg
+
+    def _get_state(self) -> State:
+        return {"epoch": self._epoch, "position": self._pos, "offset": self._offset,
+                "read": self.items_read}
+
+    def _snapshot(self) -> Any:
+        return (self._epoch, self._pos, self._offset, self.items_read)
+
+    def _expand(self, token: Any) -> State:
+        return {"stage": "TarShards", "version": self.VERSION, "config": self._cfg,
+                "epoch": token[0], "position": token[1], "offset": token[2], "read": token[3]}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.close()
+        self._epoch, self._pos = int(state["epoch"]), int(state["position"])
+        self._offset, self.items_read = int(state["offset"]), int(state["read"])
+
+    def _repr_args(self) -> dict[str, Any]:
+        args = {k: v for k, v in self._cfg.items() if k not in ("num_urls", "names_sha256")}
+        if self.num_shards == 1:
+            del args["shard_index"], args["num_shards"]
+        if self.first_epoch == 0:
+            del args["epoch"]
+        return {**args, "prefetch": self.prefetch}
+
+    def __repr__(self) -> str:
+        urls = (repr(self.pattern) if self.pattern is not None
+                else f"<{len(self.urls)} urls: {self.urls[0]!r}, ...>")  # fmt: skip
+        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
+        return f"TarShards({urls}, {args})"
+
+
+def _check_urls(urls: object) -> list[str]:
+    if isinstance(urls, str):
+        found = expand_urls(urls)
+    elif isinstance(urls, Sequence) and all(isinstance(u, (str, os.PathLike)) for u in urls):
+        found = [os.fspath(u) for u in urls]
+    else:
+        raise TypeError(f"urls must be a list of paths or URLs, or one string in brace "
+                        f"notation, got {type(urls).__name__}; pass e.g. "
+                        "'data-{000000..000009}.tar'")
+    if not found:
+        raise ValueError("urls is empty: pass at least one shard path or URL")
+    for url in found:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if len(scheme) > 1 and scheme not in ("http", "https", "file"):
+            raise ValueError(f"urls: {url!r} has scheme {scheme!r}, which TarShards cannot "
+                             "open; pass local paths, file: or http(s):// URLs (copy the "
+                             "shards from other stores first)")
+    return found
+
+
+def _local_path(url: str) -> str:
+    if url.startswith("file:"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+    return url

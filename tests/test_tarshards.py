@@ -1,0 +1,332 @@
+"""Tests of dataecho.TarShards: WebDataset interop, splits, order, exact resume, digests."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import importlib.util
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dataecho import FetchError, Map, ShardError, Shuffle, TarShards
+from dataecho.demo.remote import ShardServer, write_shards
+from dataecho.tarformat import expand_urls
+from helpers.checkpoint import assert_restores_everywhere
+from helpers.threads import wait_until
+
+wds = pytest.importorskip("webdataset", reason="interop tests need dataecho[webdataset]")
+needs_pillow = pytest.mark.skipif(importlib.util.find_spec("PIL") is None,
+                                  reason="write_shards encodes PNG with Pillow (dataecho[demo])")
+
+# Every test must leave no server or download thread behind (fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
+N, PER_SHARD = 23, 5  # five shards, the last one short
+
+
+def payload(i: int) -> dict[str, bytes]:
+    return {"bin": bytes([i % 251]) * (20_000 + i), "cls": str(i % 10).encode(),
+            "meta.json": json.dumps({"i": i}).encode()}
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Five shards written by webdataset's TarWriter."""
+    root = tmp_path_factory.mktemp("wds")
+    urls = []
+    for s in range(0, N, PER_SHARD):
+        path = root / f"part-{s // PER_SHARD:06d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(s, min(s + PER_SHARD, N)):
+                sink.write({"__key__": f"{i:06d}", **payload(i)})
+        urls.append(str(path))
+    return urls
+
+
+@pytest.fixture(scope="module")
+def served(local: list[str]) -> Iterator[tuple[ShardServer, list[str]]]:
+    root = Path(local[0]).parent
+    with ShardServer(root) as server:
+        yield server, [f"{server.url}/{Path(u).name}" for u in local]
+
+
+def fields(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample's key and files, without webdataset's bookkeeping entries."""
+    return {k: v for k, v in sample.items() if k == "__key__" or not k.startswith("__")}
+
+
+def keys(stage: Any) -> list[str]:
+    return [sample["__key__"] for sample in stage]
+
+
+def test_reads_every_sample_of_webdataset_tarwriter_shards_with_its_bytes(local):
+    samples = list(TarShards(local, shuffle=False))
+    assert [fields(s) for s in samples] == [{"__key__": f"{i:06d}", **payload(i)}
+                                            for i in range(N)]
+    assert samples[0]["__url__"] == local[0] and samples[-1]["__url__"] == local[-1]
+
+
+def test_reads_webdataset_shardwriter_output_through_a_brace_pattern(tmp_path):
+    with wds.ShardWriter(str(tmp_path / "w-%06d.tar"), maxcount=4, verbose=0) as sink:
+        for i in range(10):
+            sink.write({"__key__": f"s{i}", "txt": f"text {i}".encode(), "cls": b"1"})
+    reader = TarShards(str(tmp_path / "w-{000000..000002}.tar"), shuffle=False)
+    assert [(s["__key__"], s["txt"]) for s in reader] == [
+        (f"s{i}", f"text {i}".encode()) for i in range(10)]
+
+
+def test_reads_the_same_samples_as_webdataset_does_local_file_url_and_http(local, served):
+    _, urls = served
+    theirs = [fields(s) for s in wds.WebDataset(local, shardshuffle=False)]
+    assert len(theirs) == N
+    assert [fields(s) for s in TarShards(local, shuffle=False)] == theirs
+    assert [fields(s) for s in TarShards([f"file://{u}" for u in local], shuffle=False)] == theirs
+    assert [fields(s) for s in TarShards(urls, shuffle=False, prefetch=2)] == theirs
+    assert [fields(s) for s in wds.WebDataset(urls, shardshuffle=False)] == theirs
+
+
+@needs_pillow
+def test_webdataset_reads_shards_written_by_write_shards(tmp_path):
+    images = (np.arange(7 * 16) % 251).astype(np.uint8).reshape(7, 4, 4)
+    names = write_shards(images, np.arange(7) % 3, tmp_path, shard_size=3)
+    urls = [str(tmp_path / name) for name in names]
+    ours = [fields(s) for s in TarShards(urls, shuffle=False)]
+    assert [fields(s) for s in wds.WebDataset(urls, shardshuffle=False)] == ours
+    assert [s["cls"] for s in ours] == [b"0", b"1", b"2", b"0", b"1", b"2", b"0"]
+    decoded = wds.WebDataset(urls, shardshuffle=False).decode("l8").to_tuple("png", "cls")
+    assert [np.asarray(img).tolist() for img, _ in decoded] == images.tolist()
+
+
+@pytest.mark.parametrize("num_shards", [1, 2, 3, 5])
+def test_readers_split_the_shards_disjoint_and_complete(local, num_shards):
+    parts = []
+    for k in range(num_shards):
+        reader = TarShards(local, seed=1, num_epochs=2, shard_index=k, num_shards=num_shards)
+        parts.append([(reader.epoch, s["__key__"]) for s in reader])
+    every = sorted(x for part in parts for x in part)
+    assert every == sorted((e, f"{i:06d}") for e in (0, 1) for i in range(N))
+
+
+def test_each_epoch_permutes_the_shards_from_seed_and_epoch(local):
+    reader = TarShards(local, seed=5)
+    assert reader.order(0) != reader.order(1)
+    assert reader.order(0) == TarShards(local, seed=5).order(0) != TarShards(local, seed=6).order(0)
+    assert sorted(reader.order(0)) == list(range(len(local)))
+    assert TarShards(local, shuffle=False).order(3) == list(range(len(local)))
+    first = keys(TarShards(local, seed=5, num_epochs=2))
+    assert first == keys(TarShards(local, seed=5, num_epochs=2))
+    assert first[:N] != first[N:] and sorted(first[:N]) == sorted(first[N:])
+    assert keys(TarShards(local, seed=5, epoch=1)) == first[N:]
+
+
+def test_restore_at_every_sample_over_two_epochs_local(local):
+    def make() -> Shuffle[Any]:
+        return Shuffle(TarShards(local, seed=2, num_epochs=2), 4, seed=3)
+
+    assert len(assert_restores_everywhere(make)) == 2 * N
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_restore_at_every_sample_over_two_epochs_http(served, prefetch):
+    _, urls = served
+    outputs = assert_restores_everywhere(
+        lambda: TarShards(urls, seed=2, num_epochs=2, shard_index=1, num_shards=2,
+                          prefetch=prefetch), every=2)
+    assert len(outputs) == len(list(TarShards(urls, seed=2, num_epochs=2, shard_index=1,
+                                              num_shards=2)))
+
+
+def test_restore_reads_no_earlier_shard_and_seeks_past_skipped_data(local, monkeypatch):
+    reader = TarShards(local, seed=0)
+    for _ in range(PER_SHARD * 2 + 3):  # two whole shards and three samples of the third
+        next(reader)
+    state = json.loads(json.dumps(reader.state_dict()))
+    want = list(reader)
+    opened: list[tuple[str, Counting]] = []
+
+    def counting_open(path: str, mode: str = "r") -> Counting:
+        opened.append((path, Counting(path)))
+        return opened[-1][1]
+
+    monkeypatch.setattr("dataecho.tarshards.open", counting_open, raising=False)
+    restored = TarShards(local, seed=0)
+    restored.load_state_dict(state)
+    first = next(restored)
+    current = local[reader.order(0)[2]]
+    assert [path for path, _ in opened] == [current]
+    # The tar headers (a pax header, its data and the header proper: 1.5 kB a member)
+    # and sample 3 itself, but not the 60 kB of data of the three samples skipped.
+    assert opened[0][1].data_read < 20_100 + 5 * 3 * 1536 + 1024
+    assert [first, *restored] == want
+    assert [path for path, _ in opened] == [local[k] for k in reader.order(0)[2:]]
+
+
+def test_restore_over_http_downloads_the_current_shard_and_later_ones_only(local):
+    with ShardServer(Path(local[0]).parent) as server:
+        urls = [f"{server.url}/{Path(u).name}" for u in local]
+        reader = TarShards(urls, seed=0, prefetch=0)
+        for _ in range(PER_SHARD * 3 + 1):
+            next(reader)
+        state, before = reader.state_dict(), server.requests
+        restored = TarShards(urls, seed=0, prefetch=0)
+        restored.load_state_dict(state)
+        assert list(restored) == list(reader)
+        # The restored reader downloads shards 4 and 5; the first one had 4 already.
+        assert server.requests - before == 3
+
+
+class Counting(io.FileIO):
+    """A file that counts the bytes read from it, headers included."""
+
+    data_read = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.data_read += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = super().readinto(buffer) or 0
+        self.data_read += n
+        return n
+
+
+def flipped(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert data.count(old) == 1
+    path.write_bytes(data.replace(old, new))
+
+
+@needs_pillow
+def test_a_flipped_label_digit_fails_the_digest_check_naming_the_shard(tmp_path):
+    from dataecho.demo.stream import ShardStream
+
+    names = write_shards(np.zeros((6, 2, 2), np.uint8), np.arange(6), tmp_path, shard_size=3)
+    index = json.loads((tmp_path / "train-index.json").read_bytes())
+    sha = index["shards"][1]["sha256"]
+    # Sample 4's label "4" sits alone in its 512-byte block: flip it to "5".
+    flipped(tmp_path / names[1], b"4" + bytes(511), b"5" + bytes(511))
+    urls = [str(tmp_path / name) for name in names]
+    assert len(list(TarShards(urls, shuffle=False))) == 6  # the tar structure survives
+    message = (rf"shard '.*train-00001\.tar' has \d+ bytes and sha256 [0-9a-f]{{64}}, but the "
+               rf"digests list \d+ bytes and sha256 {sha}")
+    with pytest.raises(ShardError, match=message):
+        list(TarShards(urls, shuffle=False, digests=index))
+    with ShardServer(tmp_path) as server, pytest.raises(ShardError, match=r"train-00001\.tar"):
+        list(ShardStream(server.url, num_epochs=1))
+
+
+def test_digests_by_name_or_url_check_size_and_sha256(local):
+    table = {Path(u).name: (Path(u).stat().st_size, hashlib.sha256(Path(u).read_bytes())
+                            .hexdigest()) for u in local}  # fmt: skip
+    assert len(list(TarShards(local, digests=table))) == N
+    wrong = {**table, Path(local[2]).name: (1, None)}
+    with pytest.raises(ShardError, match=r"part-000002\.tar' has \d+ bytes, but the digests "
+                                         r"list 1 bytes"):
+        list(TarShards(local, shuffle=False, digests=wrong))
+    with pytest.raises(ValueError, match=r"digests has no entry for shard .*part-000004\.tar"):
+        TarShards(local, digests={Path(u).name: table[Path(u).name] for u in local[:4]})
+    with pytest.raises(ValueError, match="digests must map each shard to"):
+        TarShards(local, digests={"x": 3})
+
+
+def test_a_corrupt_tar_names_the_shard_and_the_sample(local, tmp_path):
+    data = bytearray(Path(local[0]).read_bytes())
+    bad = tmp_path / "bad.tar"
+    header = data.index(b"000002.bin")  # the first member of the third sample
+    data[header + 148 : header + 156] = b"garbage!"  # its header checksum
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=r"shard '.*bad\.tar' .*after sample '000001'"):
+        list(TarShards([str(bad)]))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, data in [("a.bin", b"x" * 512), ("a.cls", b"1"), ("b.bin", b"y"),
+                           ("b.cls", b"2")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    zeroed = bytearray(buffer.getvalue())
+    zeroed[2048:2560] = bytes(512)  # b.bin's header: tarfile alone would stop quietly here
+    bad.write_bytes(bytes(zeroed))
+    with pytest.raises(ShardError, match=r"shard '.*bad\.tar' has a damaged member header "
+                                         r"after sample 'a' at byte 2048"):
+        list(TarShards([str(bad)]))
+    bad.write_bytes(Path(local[1]).read_bytes()[:30_000])
+    with pytest.raises(ShardError, match=r"shard '.*bad\.tar' is not a valid tar file .*trunc"):
+        list(TarShards([str(bad)]))
+
+
+def test_a_shard_error_leaves_the_position_so_next_retries_it(served):
+    server, urls = served
+    reader = TarShards(urls[:2], shuffle=False, retries=0)
+    server.fail_next(1, status=503)
+    with pytest.raises(FetchError, match="gave up"):
+        next(reader)
+    assert keys(reader) == [f"{i:06d}" for i in range(2 * PER_SHARD)]
+
+
+@pytest.mark.parametrize(
+    ("urls", "options", "error", "message"),
+    [
+        ([], {}, ValueError, "urls is empty"),
+        ("none-{a,b}.tar", {"num_shards": 3}, ValueError,
+         r"num_shards=3 readers need at least as many shards, but urls lists 2"),
+        (["a.tar"], {"shard_index": 1}, ValueError, r"shard_index must be in \[0, num_shards=1\)"),
+        (["s3://bucket/a.tar"], {}, ValueError, r"has scheme 's3'"),
+        (3, {}, TypeError, "urls must be a list of paths or URLs"),
+        (["a.tar"], {"prefetch": -1}, ValueError, "prefetch"),
+        ("a-{0..2.tar", {}, ValueError, "never closed"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_remedy(urls, options, error, message):
+    with pytest.raises(error, match=message):
+        TarShards(urls, **options)
+
+
+@pytest.mark.parametrize("pattern", ["d-{000000..000011}.tar", "x{a,b{1..3}}y{0..1}", "{x}.tar",
+                                     "{9..11}-{3..1}", "a{,b}c", "p-{01..3}::q-{a,b}"])
+def test_brace_notation_expands_as_webdataset_does(pattern):
+    from braceexpand import braceexpand
+
+    want = [url for part in pattern.split("::") for url in braceexpand(part)]
+    assert expand_urls(pattern) == want
+
+
+def test_download_thread_stops_on_close_and_on_garbage_collection(served):
+    _, urls = served
+
+    def live() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "dataecho-downloads"]
+
+    with TarShards(urls, prefetch=2) as reader:
+        next(reader)
+        assert live()
+    wait_until(lambda: not live())
+    reader = TarShards(urls, prefetch=2)
+    next(reader)
+    del reader
+    gc.collect()
+    wait_until(lambda: not live())
+
+
+def test_gzipped_shards_read_too(tmp_path):
+    with wds.TarWriter(str(tmp_path / "z.tar.gz")) as sink:
+        sink.write({"__key__": "a", "txt": b"zipped"})
+    assert [s["txt"] for s in TarShards([str(tmp_path / "z.tar.gz")])] == [b"zipped"]
+
+
+def test_decode_with_map_and_repr_shows_the_parameters(local):
+    reader = TarShards("part-{000000..000004}.tar", seed=9, num_shards=5, shard_index=2)
+    assert repr(reader) == ("TarShards('part-{000000..000004}.tar', shuffle=True, seed=9, "
+                            "num_epochs=1, shard_index=2, num_shards=5, prefetch=1)")
+    labels = Map(TarShards(local, shuffle=False), lambda s: int(s["cls"]))
+    assert list(labels) == [i % 10 for i in range(N)]
+    assert repr(TarShards(local)).startswith(f"TarShards(<5 urls: {local[0]!r}, ...>")
