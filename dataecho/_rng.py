@@ -23,7 +23,7 @@ SHUFFLE = 0x5F  # Shuffle: the window permutations
 DERIVE = 0xDE  # derive_seed's sub-seeds
 ADAPTIVE_PICKS = 0xAD  # AdaptiveEcho: which buffered batch to echo
 ADAPTIVE_COPIES = 0xA6  # AdaptiveExamples: the per-copy augmentation
-SHARD_ORDER = 0x5D  # the demo's ShardStream: the per-epoch shard order
+SHARD_ORDER = 0x5D  # TarShards: the per-epoch shard order
 
 #: Every PCG64 stream tag, by name.
 TAGS = {"SOURCE": SOURCE, "ECHO": ECHO, "MAP": MAP, "SHUFFLE": SHUFFLE, "DERIVE": DERIVE,

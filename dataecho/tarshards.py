@@ -13,12 +13,10 @@ from typing import IO, Any
 import numpy as np
 
 from . import _rng
-from ._checks import check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed
 from .download import Downloads, fetch
 from .stage import Stage, State
 from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
-
-SHARD_ORDER = 0x5D  # the per-epoch shard permutation's seed tag; moves to _rng.py
 
 Sample = dict[str, Any]
 
@@ -82,7 +80,7 @@ class TarShards(Stage[Sample]):
                  digests: Mapping[str, Any] | None = None) -> None:
         self.pattern = urls if isinstance(urls, str) else None
         self.urls = _check_urls(urls)
-        self.shuffle = bool(shuffle)
+        self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_seed(seed)
         self.num_epochs = None if num_epochs is None else check_positive_int(
             num_epochs, "num_epochs")
@@ -101,7 +99,7 @@ class TarShards(Stage[Sample]):
         self.retries = check_positive_int(retries, "retries", minimum=0)
         self._digests = {} if digests is None else parse_digests(digests, self.urls)
         names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
-        self._cfg = {"num_urls": len(self.urls),
+        self._params = {"num_urls": len(self.urls),
                      "names_sha256": hashlib.sha256(names.encode()).hexdigest()[:16],
                      "shuffle": self.shuffle, "seed": self.seed, "num_epochs": self.num_epochs,
                      "epoch": self.first_epoch, "shard_index": self.shard_index,
@@ -115,6 +113,22 @@ class TarShards(Stage[Sample]):
         self._pending: dict[tuple[int, int], Future[bytes]] = {}
         self._downloads: Downloads | None = None
 
+    def with_reader(self, shard_index: int, num_shards: int, epoch: int) -> TarShards:
+        """The same shards read for one epoch by reader ``shard_index`` of ``num_shards``.
+
+        How ``EchoDataset`` gives each DataLoader worker of each rank its own whole
+        shards (``shard_index = rank * num_workers + worker``).
+
+        Example:
+            >>> TarShards(["a.tar", "b.tar"]).with_reader(1, 2, epoch=3).shard_index
+            1
+        """
+        return TarShards(self.pattern if self.pattern is not None else self.urls,
+                         shuffle=self.shuffle, seed=self.seed, num_epochs=1, epoch=epoch,
+                         shard_index=shard_index, num_shards=num_shards,
+                         prefetch=self.prefetch, retries=self.retries,
+                         digests=self._digests or None)
+
     @property
     def epoch(self) -> int:
         """The epoch of the sample returned last (the first epoch before any)."""
@@ -126,7 +140,7 @@ class TarShards(Stage[Sample]):
             if len(self._orders) > 2:
                 self._orders.clear()
             n = len(self.urls)
-            perm = (_rng.rng(self.seed, SHARD_ORDER, epoch).permutation(n) if self.shuffle
+            perm = (_rng.rng(self.seed, _rng.SHARD_ORDER, epoch).permutation(n) if self.shuffle
                     else np.arange(n))  # fmt: skip
             self._orders[epoch] = perm[self.shard_index :: self.num_shards].tolist()
         return self._orders[epoch]
@@ -223,18 +237,13 @@ class TarShards(Stage[Sample]):
         self._downloads = None
 
     def _config(self) -> dict[str, Any]:
-        return self._cfg
-
-    def _get_state(self) -> State:
-        return {"epoch": self._epoch, "position": self._pos, "offset": self._offset,
-                "read": self.items_read}
+        return self._params
 
     def _snapshot(self) -> Any:
         return (self._epoch, self._pos, self._offset, self.items_read)
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "TarShards", "version": self.VERSION, "config": self._cfg,
-                "epoch": token[0], "position": token[1], "offset": token[2], "read": token[3]}
+    def _state(self, token: Any) -> State:
+        return {"epoch": token[0], "position": token[1], "offset": token[2], "read": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.close()
@@ -242,18 +251,16 @@ class TarShards(Stage[Sample]):
         self._offset, self.items_read = int(state["offset"]), int(state["read"])
 
     def _repr_args(self) -> dict[str, Any]:
-        args = {k: v for k, v in self._cfg.items() if k not in ("num_urls", "names_sha256")}
+        args = {k: v for k, v in self._params.items() if k not in ("num_urls", "names_sha256")}
         if self.num_shards == 1:
             del args["shard_index"], args["num_shards"]
         if self.first_epoch == 0:
             del args["epoch"]
         return {**args, "prefetch": self.prefetch}
 
-    def __repr__(self) -> str:
-        urls = (repr(self.pattern) if self.pattern is not None
-                else f"<{len(self.urls)} urls: {self.urls[0]!r}, ...>")  # fmt: skip
-        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
-        return f"TarShards({urls}, {args})"
+    def _repr_head(self) -> str:
+        return (repr(self.pattern) if self.pattern is not None
+                else f"<{len(self.urls)} urls: {self.urls[0]!r}, ...>")
 
 
 def _check_urls(urls: object) -> list[str]:

@@ -255,3 +255,36 @@ def _assert_resumes_at_every_batch(make):
             assert torch.equal(a, b), k
         if k < len(full):
             next(it)
+
+
+# --- TarShards ----------------------------------------------------------------------
+
+def _number(sample, rng):
+    return tag(int(sample["cls"]), rng)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_tar_shards_are_split_by_whole_shards_over_ranks_and_workers(tar_urls, num_workers):
+    from dataecho import TarShards
+
+    rows, fresh = [], 0
+    for rank in range(2):
+        ds = EchoDataset(TarShards(tar_urls, seed=3), augment=_number, factor=2, buffer_size=8,
+                         seed=1, rank=rank, world_size=2)
+        rows += _rows(ds, num_workers)
+        fresh += ds.stats().fresh_examples
+    _check_epoch(rows, N, 2)
+    assert fresh == N
+
+
+def test_tar_shards_resume_at_every_batch(tar_urls):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataecho import TarShards
+
+    def make():
+        ds = EchoDataset(TarShards(tar_urls, seed=3), augment=_number, factor=2.5,
+                         buffer_size=5, seed=2)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    _assert_resumes_at_every_batch(make)

@@ -45,7 +45,9 @@ class EchoDataset(IterableDataset[Any]):
     (:class:`dataecho.Shard`: exact for any stream, but each example is read by every
     worker). Default: ``"stream"`` for WebDataset and Hugging Face streams; other
     streams must say which when read by more than one worker or rank. A stream with
-    ``set_epoch`` is told the epoch before each pass.
+    ``set_epoch`` is told the epoch before each pass. :class:`dataecho.TarShards` is
+    split by whole shards (its ``with_reader``), and checkpoints its position, so it
+    resumes without re-reading.
 
     Equal steps under DDP: shards of a map-style data set differ by at most one
     example; ``drop_remainder=True`` makes them equal, and with an integer ``factor``
@@ -63,8 +65,7 @@ class EchoDataset(IterableDataset[Any]):
     with its own ``state_dict``/``load_state_dict`` (Hugging Face, torchdata) resumes
     from its state; one without (WebDataset) is re-iterated from the epoch's start and
     the examples already consumed are skipped: exact when its order is seeded, and it
-    re-reads that part of the epoch (use :class:`dataecho.TarShards`-style readers that
-    checkpoint their position for cheap resume).
+    re-reads that part of the epoch.
 
     A fixed factor only: adaptive echoing (``dataecho.Auto``) decides at each training
     step whether fresh data is late; wrap the DataLoader in
@@ -192,6 +193,10 @@ class EchoDataset(IterableDataset[Any]):
         if not self.stream:
             return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
                             epoch=epoch, shard_index=shard, num_shards=shards)
+        with_reader = getattr(self.dataset, "with_reader", None)
+        if callable(with_reader):  # a reader that splits whole shards: TarShards
+            return pipeline(with_reader(shard, shards, epoch), **self.kwargs, epoch=epoch,
+                            shard_index=shard, num_shards=shards)
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
@@ -327,6 +332,13 @@ def _check_sharding(dataset: object, sharding: object) -> Sharding | None:
             f"sharding must be 'stream' (the stream splits itself by worker and rank), "
             f"'dataecho' (every reader keeps every n-th example) or None, got {sharding!r}; "
             "pass sharding='stream' for WebDataset or Hugging Face streams")
+    if callable(getattr(dataset, "with_reader", None)):
+        if sharding == "stream":
+            raise ValueError(
+                f"{type(dataset).__name__} is split by dataecho, one reader of whole shards "
+                f"per worker and rank (its with_reader()), got sharding='stream'; drop "
+                "sharding")
+        return "dataecho"
     if sharding is None and _splits_itself(dataset):
         return "stream"
     return sharding
