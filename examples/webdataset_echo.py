@@ -82,7 +82,7 @@ def main() -> None:
             batch_size=128, num_workers=2)
         resumed.load_state_dict(state)
         rest = [y for _, y in resumed]
-        same = len(rest) == len(seen) and all(torch.equal(a, b) for a, b in zip(rest, seen))
+        same = len(rest) == len(seen) and all(map(torch.equal, rest, seen))
         print(f"resumed after 10 steps: {len(rest)} steps left, identical: {same}")
 
 

@@ -13,6 +13,12 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 # emitted copies, steps), so a change in echoing shows here. Loss and accuracy depend
 # on the platform's float arithmetic and are matched loosely.
 STATS = {
+    "webdataset_echo.py": [
+        r"64 steps, loss \d\.\d{3}; fresh 4,096 examples, emitted 8,192 \(factor 2\.000\)",
+        r"resumed after 10 steps: 54 steps left, identical: True"],
+    "hf_streaming_echo.py": [
+        r"60 steps, loss \d\.\d{3}; fresh 3,000 examples, emitted 6,000 \(factor 2\.000\)",
+        r"resumed after 20 steps: 40 steps left, identical: True"],
     "numpy_iterator.py": [
         r"checkpoint of \d+ bytes resumed exactly; "
         r"fresh 1,000 examples, emitted 2,488 \(factor 2\.488\)"],
@@ -40,7 +46,9 @@ STATS = {
     pytest.param("pytorch_example_echoing.py", marks=pytest.mark.torch),
     pytest.param("pytorch_batch_echoing.py", marks=pytest.mark.torch),
     pytest.param("torchdata_nodes.py", marks=pytest.mark.torch),
-    pytest.param("lightning_echo.py", marks=pytest.mark.torch)])
+    pytest.param("lightning_echo.py", marks=pytest.mark.torch),
+    pytest.param("webdataset_echo.py", marks=pytest.mark.torch),
+    pytest.param("hf_streaming_echo.py", marks=pytest.mark.torch)])
 def test_example_runs_and_prints_its_stats(name, capsys):
     if name.startswith("pytorch"):
         pytest.importorskip("torch")
@@ -48,6 +56,12 @@ def test_example_runs_and_prints_its_stats(name, capsys):
         pytest.importorskip("torchdata.nodes")
     if name.startswith("lightning"):
         pytest.importorskip("lightning")
+    if name.startswith("webdataset"):
+        pytest.importorskip("webdataset", reason="needs webdataset (dataecho[webdataset])")
+        pytest.importorskip("torchdata", reason="needs torchdata (dataecho[torchdata])")
+    if name.startswith("hf_"):
+        pytest.importorskip("datasets", reason="needs datasets (dataecho[hf])")
+        pytest.importorskip("torchdata", reason="needs torchdata (dataecho[torchdata])")
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
     for pattern in STATS[name]:
