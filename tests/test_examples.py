@@ -32,6 +32,9 @@ STATS = {
     "lightning_echo.py": [
         r"96 steps from 48 fresh batches: fresh 3000 examples, emitted 6000, "
         r"realised factor 2\.00; held-out accuracy 0\.\d{3}"],
+    "grain_jax.py": [
+        r"186 steps: fresh 11,904 examples, emitted 23,808 \(factor 2\.000\); "
+        r"test accuracy 0\.\d{3}"],
 }
 
 
@@ -40,14 +43,19 @@ STATS = {
     pytest.param("pytorch_example_echoing.py", marks=pytest.mark.torch),
     pytest.param("pytorch_batch_echoing.py", marks=pytest.mark.torch),
     pytest.param("torchdata_nodes.py", marks=pytest.mark.torch),
-    pytest.param("lightning_echo.py", marks=pytest.mark.torch)])
-def test_example_runs_and_prints_its_stats(name, capsys):
+    pytest.param("lightning_echo.py", marks=pytest.mark.torch),
+    "grain_jax.py"])
+def test_example_runs_and_prints_its_stats(name, capsys, monkeypatch):
     if name.startswith("pytorch"):
         pytest.importorskip("torch")
     if name.startswith("torchdata"):
         pytest.importorskip("torchdata.nodes")
     if name.startswith("lightning"):
         pytest.importorskip("lightning")
+    if name.startswith("grain"):
+        pytest.importorskip("grain")
+        pytest.importorskip("jax")
+    monkeypatch.setattr("sys.argv", [name])  # as if run with no options, not pytest's
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
     for pattern in STATS[name]:
