@@ -14,7 +14,7 @@ Put it where the expensive work ends::
 
 Everything before ``mp_prefetch`` runs in its worker processes, the echo included, so
 the counts live in each worker's state; :func:`stats` sums them from the training
-process's iterator. Only this module imports Grain (not JAX).
+process's iterator. This module imports Grain, not JAX.
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
                 f"parent must be a grain.IterDataset, got {type(parent).__name__}; build "
                 "one with grain.MapDataset.source(data).to_iter_dataset()")
         self.factor = fixed_factor(
-            factor, adaptive="a fixed factor: a Grain pipeline is deterministic and "
-            "runs ahead in its workers, while adaptive echoing decides from timing in the "
-            "training loop (wrap the Grain iterator in dataecho.AdaptiveEcho there)")
+            factor, adaptive="dataecho.AdaptiveEcho(iter(ds)) around the Grain iterator "
+            "in the training loop (a Grain pipeline is deterministic and runs ahead in its "
+            "workers, while adaptive echoing decides from timing)")
         self.seed = check_seed(seed)
         super().__init__(parent)
 
@@ -215,10 +215,13 @@ def stats(iterator: Any) -> EchoStats:
 
     Under ``mp_prefetch`` each worker's echo stage counts what it read and emitted,
     and the training process's iterator reports, per worker, the state that came with
-    the last element it handed out: the sum is exact for the elements consumed so far.
-    A stage between the echo and ``mp_prefetch`` that reads ahead (a window shuffle)
-    makes the counts include the elements in its window. With two echo stages in one
-    chain, fresh counts come from the first, emitted from the last.
+    the last element it handed out: the sum is exact for the elements consumed so far
+    (a ``batch`` after the echo counts the examples of the batches handed out; those a
+    ``drop_remainder`` dropped at the end are not counted). A stage between the echo
+    and the training loop that checkpoints the echo's state from an earlier point (a
+    window shuffle keeps it from the start of its window) reports the counts of that
+    point, which lag by at most its window. With two echo stages in one chain, fresh
+    counts come from the first, emitted from the last.
 
     Raises:
         ValueError: the state holds no :class:`EchoIterDataset`.
