@@ -52,8 +52,10 @@ typecheck: $(VENV)/.installed-test
 	$(VENV)/bin/mypy dataecho
 
 # Every extra is installed here, so a skipped test is a failure (DATAECHO_REQUIRE_ALL).
+# tensorflow-cpu shares the venv (it changes none of the other extras' packages);
+# TF_CPP_MIN_LOG_LEVEL=2 keeps its C++ start-up notices out of pytest's output.
 unit: $(VENV)/.installed-test data
-	DATAECHO_REQUIRE_ALL=1 $(PY) -m pytest -q
+	DATAECHO_REQUIRE_ALL=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q
 
 test: docs-strict lint typecheck unit
 
