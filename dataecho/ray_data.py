@@ -229,7 +229,7 @@ class CountCopies(Stage[Any]):
     def _config(self) -> dict[str, Any]:
         return {"copy_column": self.copy_column}
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> State:
         return {"upstream": self.upstream.state_dict(), "fresh": self._fresh,
                 "emitted": self._emitted, "batches": self._batches}
 

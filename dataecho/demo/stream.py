@@ -116,15 +116,11 @@ class ShardStream(Stage[Sample]):
                 "num_epochs": self.num_epochs, "shard_index": self.shard_index,
                 "num_shards": self.num_shards}
 
-    def _get_state(self) -> State:
-        return {"upstream": self.upstream.state_dict()}
-
     def _snapshot(self) -> Any:
         return self.upstream._snapshot()
 
-    def _expand(self, token: Any) -> State:
-        return {"stage": "ShardStream", "version": self.VERSION, "config": self._config(),
-                "upstream": self.upstream._expand(token)}
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token)}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self.upstream.load_state_dict(state["upstream"])
@@ -135,6 +131,5 @@ class ShardStream(Stage[Sample]):
             del args["shard_index"], args["num_shards"]
         return {"url": self.url, **args, "prefetch": self.prefetch}
 
-    def __repr__(self) -> str:  # the reader inside is this stage's detail, not shown
-        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
-        return f"ShardStream({args})"
+    def _repr_head(self) -> str:  # the reader inside is this stage's detail, not shown
+        return ""
