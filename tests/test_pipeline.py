@@ -104,10 +104,16 @@ def test_auto_factor_builds_an_adaptive_pipeline_that_reads_every_example_once(v
     p.close()
 
 
-def test_auto_factor_needs_a_batch_size():
-    with pytest.raises(ValueError,
-                       match=r"batch_size must be an int >= 1 with factor=Auto\(\.\.\.\)"):
-        dataecho.pipeline(DATA, factor="auto", batch_size=None)
+@pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation"])
+def test_auto_factor_without_batches_echoes_examples_read_ahead_by_a_thread(variant):
+    p = dataecho.pipeline(DATA, augment=augment, echo=variant, factor=Auto(max_factor=3),
+                          batch_size=None)
+    head = "Map(AdaptiveEcho(" if variant == "before_augmentation" else "AdaptiveEcho(Map("
+    assert repr(p).startswith(head)
+    used = collections.Counter(int(v) // 1000 for v in p)
+    assert set(used) == set(range(60)) and max(used.values()) <= 3
+    assert p.stats().fresh_examples == 60
+    p.close()
 
 
 @pytest.mark.parametrize(("variant", "kind"), [("before_augmentation", "AdaptiveExamples"),

@@ -288,3 +288,97 @@ def test_tar_shards_resume_at_every_batch(tar_urls):
         return StatefulDataLoader(ds, batch_size=4, num_workers=2)
 
     _assert_resumes_at_every_batch(make)
+
+
+# --- factor=Auto() in the workers -----------------------------------------------------
+
+class Slow(IterableDataset):
+    """A stream whose reads take ``delay`` seconds: the workers are input-bound."""
+
+    def __init__(self, n, delay):
+        self.n, self.delay = n, delay
+
+    def __iter__(self):
+        import time
+
+        for i in range(self.n):
+            time.sleep(self.delay)
+            yield i
+
+
+@pytest.mark.parametrize("echo", ["before_augmentation", "after_augmentation"])
+def test_auto_in_workers_reads_every_example_once_and_uses_none_more_than_max_factor(echo):
+    from dataecho import Auto
+
+    ds = EchoDataset(Slow(N, 0.002), augment=tag, echo=echo, factor=Auto(max_factor=3),
+                     seed=1, sharding="dataecho")
+    rows = _rows(ds, 2)
+    used = collections.Counter(int(r[0]) for r in rows)
+    assert set(used) == set(range(N)) and max(used.values()) <= 3
+    stats = ds.stats()
+    assert (stats.fresh_examples, stats.emitted_examples) == (N, len(rows))
+    if echo == "before_augmentation":  # every copy augmented anew, in the worker
+        assert len({r[1] for r in rows}) == len(rows)
+
+
+def test_auto_in_workers_resumes_without_losing_or_repeating_a_fresh_example():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataecho import Auto
+
+    def make():
+        ds = EchoDataset(Slow(N, 0.002), augment=tag, factor=Auto(max_factor=2), seed=1,
+                         sharding="dataecho")
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    loader = make()
+    it = iter(loader)
+    head = [next(it) for _ in range(5)]
+    state = loader.state_dict()
+    del it, loader
+    restored = make()
+    restored.load_state_dict(state)
+    rows = [r for b in head + list(restored) for r in b.tolist()]
+    used = collections.Counter(int(r[0]) for r in rows)
+    assert set(used) == set(range(N)) and max(used.values()) <= 2
+
+
+def test_auto_parameters_that_cannot_act_in_workers_are_refused():
+    from dataecho import Auto
+
+    with pytest.raises(ValueError, match=r"buffer_size is the post-echo shuffle of a fixed "
+                                         r"factor.*pass factor=dataecho.Auto\(buffer_size=8\)"):
+        EchoDataset(Numbers(4), factor=Auto(), buffer_size=8)
+    with pytest.raises(ValueError, match=r"DataLoader workers have no process group .*"
+                                         r"EqualSteps"):
+        EchoDataset(Numbers(4), factor=Auto(agree=len))
+
+
+def _equal_steps_rank(rank, init_file, out_dir):
+    import torch.distributed as dist
+
+    from dataecho import Auto
+    from dataecho.torch.distributed import EqualSteps
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    # Rank 1 reads fewer and slower examples: it echoes more, and still runs out first
+    # (8 examples, at most 16 uses: 4 batches; rank 0 has at least 10).
+    stream = Slow(40, 0.001) if rank == 0 else Slow(8, 0.004)
+    ds = EchoDataset(stream, factor=Auto(max_factor=2), seed=rank, rank=rank, world_size=2,
+                     sharding="stream")
+    steps = EqualSteps(DataLoader(ds, batch_size=4, num_workers=1))
+    counts = [sum(1 for _ in steps) for _ in range(2)]  # two epochs
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump({"steps": counts, "dropped": steps.dropped}, f)
+    dist.destroy_process_group()
+
+
+def test_equal_steps_ends_every_ranks_epoch_at_the_same_step(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_equal_steps_rank, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+             join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["steps"] == ranks[1]["steps"]
+    assert all(2 <= s <= 4 for s in ranks[0]["steps"])
+    assert ranks[0]["dropped"] == 2 and ranks[1]["dropped"] == 0  # one batch left per epoch

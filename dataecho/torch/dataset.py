@@ -9,7 +9,7 @@ from typing import Any, Literal
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._checks import check_augment, check_bool, check_positive_int, check_seed
-from ..factor import fixed_factor
+from ..factor import Auto, as_factor
 from ..iterable import as_stage
 from ..map import fn_name
 from ..pipeline import pipeline
@@ -67,9 +67,13 @@ class EchoDataset(IterableDataset[Any]):
     the examples already consumed are skipped: exact when its order is seeded, and it
     re-reads that part of the epoch.
 
-    A fixed factor only: adaptive echoing (``dataecho.Auto``) decides at each training
-    step whether fresh data is late; wrap the DataLoader in
-    ``EchoBatches(loader, factor=Auto())`` for adaptive batch echoing.
+    Adaptive echoing (``factor=dataecho.Auto(...)``) is decided in each worker: a thread
+    reads the worker's part of the stream ahead, and the worker echoes a recent example
+    (augmented anew) only while its next fresh one is not ready; the DataLoader's bounded
+    prefetch is the back-pressure, so a worker that is ahead of the training loop waits
+    instead of echoing. No example is used more than ``max_factor`` times. The realised
+    factor, and so the number of steps, then differ between ranks: wrap the loader in
+    :class:`dataecho.torch.distributed.EqualSteps` under DDP.
 
     Args:
         dataset: a map-style data set of decoded examples, or a stream (see above).
@@ -77,8 +81,12 @@ class EchoDataset(IterableDataset[Any]):
             keyed by seed, epoch, shard and position), or None.
         echo: ``"before_augmentation"`` (copies augmented independently, the paper's
             best) or ``"after_augmentation"`` (identical copies).
-        factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline).
-        buffer_size: per-worker shuffle window after the echo stage (1 = none).
+        factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline); or
+            ``dataecho.Auto(max_factor=..., buffer_size=...)`` (``"auto"``) for adaptive
+            echoing in the workers.
+        buffer_size: per-worker shuffle window after the echo stage (1 = none; default
+            1000); with ``Auto``, pass ``Auto(buffer_size=...)``, the examples echoes
+            are drawn from, instead.
         shuffle: permute a map-style data set each epoch (default True); a stream keeps
             its own order (shuffle the stream itself).
         seed: the one seed; each stage derives its own stream from it.
@@ -108,8 +116,8 @@ class EchoDataset(IterableDataset[Any]):
         *,
         augment: Callable[..., Any] | None = None,
         echo: Literal["before_augmentation", "after_augmentation"] = "before_augmentation",
-        factor: float = 2.0,
-        buffer_size: int = 1000,
+        factor: float | Auto | str = 2.0,
+        buffer_size: int | None = None,
         shuffle: bool | None = None,
         seed: int = 0,
         drop_remainder: bool = False,
@@ -124,10 +132,18 @@ class EchoDataset(IterableDataset[Any]):
                 f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
                 f"{echo!r}; for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches"
             )
-        factor = fixed_factor(
-            factor, adaptive="dataecho.torch.EchoBatches(loader, factor=dataecho.Auto()) "
-            "around the DataLoader (adaptive echoing decides at each training step whether "
-            "fresh data is late, which a worker cannot see)")
+        factor = as_factor(factor)  # type: ignore[arg-type]
+        if isinstance(factor, Auto):
+            if factor.agree is not None:
+                raise ValueError(
+                    f"factor={factor!r}: DataLoader workers have no process group to agree "
+                    "through; drop agree, and wrap the loader in "
+                    "dataecho.torch.distributed.EqualSteps(loader) for equal steps per rank")
+            if buffer_size is not None:
+                raise ValueError(
+                    f"buffer_size is the post-echo shuffle of a fixed factor; with {factor!r} "
+                    f"the adaptive stage spreads copies by its own buffer, got buffer_size="
+                    f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r})")
         self.rank, self.world_size = check_rank(rank, world_size)
         seed = check_seed(seed)
         drop_remainder = check_bool(drop_remainder, "drop_remainder")
@@ -154,9 +170,11 @@ class EchoDataset(IterableDataset[Any]):
             if self.rank is not None and self.world_size is not None:
                 Source.check_shards(len(dataset), self.rank, self.world_size,  # type: ignore[arg-type]
                                     drop_remainder)
-        self.kwargs: dict[str, Any] = dict(
-            augment=augment, echo=echo, factor=factor, batch_size=None,
-            buffer_size=check_positive_int(buffer_size, "buffer_size"), seed=seed)
+        self.kwargs: dict[str, Any] = dict(augment=augment, echo=echo, factor=factor,
+                                           batch_size=None, seed=seed)
+        if not isinstance(factor, Auto):
+            self.kwargs["buffer_size"] = check_positive_int(
+                1000 if buffer_size is None else buffer_size, "buffer_size")
         if not self.stream:
             self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
         self.dataset = dataset
@@ -365,5 +383,7 @@ def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
             f"factor={kwargs['factor']!r}"]
     if kwargs["augment"] is not None:
         args.append(f"augment={fn_name(kwargs['augment'])}")
-    args += [f"buffer_size={kwargs['buffer_size']!r}", f"seed={kwargs['seed']!r}"]
+    if "buffer_size" in kwargs:
+        args.append(f"buffer_size={kwargs['buffer_size']!r}")
+    args.append(f"seed={kwargs['seed']!r}")
     return ", ".join(args)

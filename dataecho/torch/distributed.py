@@ -1,5 +1,10 @@
 """Cross-rank agreement for adaptive echoing, through ``torch.distributed``.
 
+Two tools. :class:`RankAgreement`, for adaptive stages in the training process, makes
+every rank take the same decisions. :class:`EqualSteps`, for adaptive echoing in
+DataLoader workers (which have no process group), ends every rank's epoch at the same
+step.
+
 Adaptive echoing decides from local timing, so without agreement a rank with a slow
 upstream would echo more, and take more steps per epoch, than the others: DDP would
 then hang in a gradient all-reduce that only some ranks reach. With
@@ -22,10 +27,13 @@ group's timeout, as any failure inside a DDP step does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from .._checks import check_reiterable
 
 
 class RankAgreement:
@@ -84,3 +92,55 @@ class RankAgreement:
 
     def __repr__(self) -> str:
         return f"RankAgreement(world_size={dist.get_world_size(self.group)})"
+
+
+class EqualSteps:
+    """Yields the loader's batches while every rank still has one; ends all ranks together.
+
+    Adaptive echoing in DataLoader workers (``EchoDataset(..., factor=Auto())``) decides
+    from each worker's own timing, so ranks emit different numbers of batches per epoch
+    and DDP would hang in the all-reduce of a step only some ranks take. Before every
+    batch the ranks all-reduce whether each still has one (one all-reduce of one
+    integer per step, far below a training step); the epoch ends on every rank at the
+    first step some rank cannot take. The longer ranks' last batches of that epoch are
+    not trained: :attr:`dropped` counts the batches this rank had ready and did not
+    yield (the first one only: the rest of the epoch is not read).
+
+    Args:
+        loader: the rank's loader, re-iterable once per epoch.
+        group: the process group; default the world.
+        device: where the flag tensor lives; default as :class:`RankAgreement`.
+
+    Example:
+        >>> import os, tempfile, torch.distributed as dist
+        >>> path = os.path.join(tempfile.mkdtemp(), "init")
+        >>> dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
+        >>> steps = EqualSteps([1, 2, 3])
+        >>> list(steps), steps.dropped
+        ([1, 2, 3], 0)
+        >>> dist.destroy_process_group()
+    """
+
+    def __init__(self, loader: Iterable[Any], group: Any = None,
+                 device: torch.device | str | None = None) -> None:
+        self.loader = check_reiterable(loader, "loader", "iterated once per epoch",
+                                       "later epochs would be empty")
+        self._agree = RankAgreement(group, device)
+        self.dropped = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.loader)
+        while True:
+            batch = next(it, _END)
+            has = 0 if batch is _END else 1
+            # The minimum over ranks of "has a batch": one MAX all-reduce of -has.
+            if self._agree(has, 0, False)[0] == 0:
+                self.dropped += has
+                return
+            yield batch
+
+    def __repr__(self) -> str:
+        return f"EqualSteps(<{type(self.loader).__name__}>, {self._agree!r})"
+
+
+_END = object()
