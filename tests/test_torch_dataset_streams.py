@@ -277,6 +277,14 @@ def test_tar_shards_are_split_by_whole_shards_over_ranks_and_workers(tar_urls, n
     assert fresh == N
 
 
+def test_a_decode_map_over_tar_shards_is_rebuilt_for_each_reader(tar_urls):
+    from dataecho import Map, TarShards
+
+    decoded = Map(TarShards(tar_urls, seed=3), lambda sample: int(sample["cls"]))
+    ds = EchoDataset(decoded, augment=tag, factor=2, buffer_size=8, seed=1)
+    _check_epoch(_rows(ds, 2), N, 2)
+
+
 def test_tar_shards_resume_at_every_batch(tar_urls):
     from torchdata.stateful_dataloader import StatefulDataLoader
 

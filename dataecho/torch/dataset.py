@@ -11,7 +11,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .._checks import check_augment, check_bool, check_positive_int, check_seed
 from ..factor import Auto, as_factor
 from ..iterable import as_stage
-from ..map import fn_name
+from ..map import Map, fn_name
 from ..pipeline import pipeline
 from ..shard import Shard
 from ..source import Source
@@ -45,9 +45,9 @@ class EchoDataset(IterableDataset[Any]):
     (:class:`dataecho.Shard`: exact for any stream, but each example is read by every
     worker). Default: ``"stream"`` for WebDataset and Hugging Face streams; other
     streams must say which when read by more than one worker or rank. A stream with
-    ``set_epoch`` is told the epoch before each pass. :class:`dataecho.TarShards` is
-    split by whole shards (its ``with_reader``), and checkpoints its position, so it
-    resumes without re-reading.
+    ``set_epoch`` is told the epoch before each pass. :class:`dataecho.TarShards` (and
+    ``Map`` stages over it, such as a decode) is split by whole shards (its
+    ``with_reader``), and checkpoints its position, so it resumes without re-reading.
 
     Equal steps under DDP: shards of a map-style data set differ by at most one
     example; ``drop_remainder=True`` makes them equal, and with an integer ``factor``
@@ -211,10 +211,10 @@ class EchoDataset(IterableDataset[Any]):
         if not self.stream:
             return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
                             epoch=epoch, shard_index=shard, num_shards=shards)
-        with_reader = getattr(self.dataset, "with_reader", None)
-        if callable(with_reader):  # a reader that splits whole shards: TarShards
-            return pipeline(with_reader(shard, shards, epoch), **self.kwargs, epoch=epoch,
-                            shard_index=shard, num_shards=shards)
+        reader = _reader_for(self.dataset, shard, shards, epoch)
+        if reader is not None:  # a reader that splits whole shards: TarShards
+            return pipeline(reader, **self.kwargs, epoch=epoch, shard_index=shard,
+                            num_shards=shards)
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
@@ -350,7 +350,7 @@ def _check_sharding(dataset: object, sharding: object) -> Sharding | None:
             f"sharding must be 'stream' (the stream splits itself by worker and rank), "
             f"'dataecho' (every reader keeps every n-th example) or None, got {sharding!r}; "
             "pass sharding='stream' for WebDataset or Hugging Face streams")
-    if callable(getattr(dataset, "with_reader", None)):
+    if _reader_for(dataset, 0, 1, 0, probe=True) is not None:
         if sharding == "stream":
             raise ValueError(
                 f"{type(dataset).__name__} is split by dataecho, one reader of whole shards "
@@ -374,6 +374,24 @@ def _check_node_split(dataset: object, world_size: int | None) -> None:
             "read whole, duplicating every example; split it first with "
             "datasets.distributed.split_dataset_by_node(dataset, rank=rank, "
             "world_size=world_size)")
+
+
+def _reader_for(stream: object, shard_index: int, num_shards: int, epoch: int, *,
+                probe: bool = False) -> Any:
+    """The stream rebuilt for one reader of whole shards, or None if it cannot be.
+
+    A stage with ``with_reader`` (``TarShards``) gives its own reader; ``Map`` stages over
+    one (a decode) are rebuilt over that reader with the same function and seed.
+    """
+    if isinstance(stream, Map):
+        inner = _reader_for(stream.upstream, shard_index, num_shards, epoch, probe=probe)
+        if inner is None or probe:
+            return inner
+        return Map(inner, stream.fn, seed=stream.seed, random=stream.random)
+    with_reader = getattr(stream, "with_reader", None)
+    if not callable(with_reader):
+        return None
+    return stream if probe else with_reader(shard_index, num_shards, epoch)
 
 
 def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
