@@ -135,8 +135,7 @@ def pipeline(
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(1), buffer_size=factor.buffer_size,
-                         max_factor=factor.max_factor)
+                         seed=sub(1), auto=factor)
     if echo == "before_augmentation":
         stage = Echo(stage, factor, seed=sub(1))
     if augment is not None:

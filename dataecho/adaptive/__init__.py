@@ -17,8 +17,9 @@ Cross-rank agreement for DDP lives with the torch adapters:
 ``dataecho.torch.distributed.RankAgreement``.
 """
 
+from ..factor import DEFAULT_MAX_FACTOR
 from .buffer import EchoBuffer
-from .echo import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
+from .echo import DEFAULT_BUFFER, AdaptiveEcho
 from .examples import AdaptiveExamples, make_auto
 from .plan import Agreement, Feed, Plan, alone
 from .prefetch import Prefetcher, reader

@@ -10,11 +10,13 @@ there as the same object, with its original type and traceback.
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._checks import check_positive_int, check_timeout
@@ -110,7 +112,7 @@ class Prefetcher(Generic[T]):
                  timeout: float | None = 120.0, park_after: float = 1.0,
                  name: str = "dataecho-prefetch") -> None:
         self._ch: _Channel[T] = _Channel(check_positive_int(depth, "prefetch"))
-        self._produce, self.timeout = produce, check_timeout(timeout)
+        self._produce, self.timeout = produce, timeout_seconds(timeout)
         self._park_after, self._name = park_after, name
         self._thread: threading.Thread | None = None
         self._finalizer = weakref.finalize(self, self._ch.shut)
@@ -126,14 +128,18 @@ class Prefetcher(Generic[T]):
 
     def ready(self) -> int:
         """Items :meth:`get` returns without waiting."""
-        with self._ch.cond:
-            self._ensure_running()
-            return len(self._ch.items)
+        ch = self._ch
+        # Read without the lock: a deque's length and the flags are single reads under
+        # the GIL, and the lock is taken only to start a thread that is not running.
+        if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
+            with ch.cond:
+                self._ensure_running()
+        return len(ch.items)
 
     def finished(self) -> bool:
         """True once no item will follow the queued ones (upstream over, or closed)."""
-        with self._ch.cond:
-            return self._ch.done or self._ch.stop
+        ch = self._ch
+        return ch.done or ch.stop  # flags only ever turn True: no lock needed
 
     def get(self) -> T:
         """The next item, waiting up to ``timeout`` seconds.
@@ -144,6 +150,13 @@ class Prefetcher(Generic[T]):
             BaseException: whatever the upstream raised, as the same object.
         """
         ch = self._ch
+        if ch.items and ch.running:  # ready, and a producer refills: no wait, no lock
+            with suppress(IndexError):  # emptied meanwhile by close(): take the slow path
+                item = ch.items.popleft()
+                if len(ch.items) == ch.depth - 1:  # was full: the producer waits for room
+                    with ch.cond:
+                        ch.cond.notify_all()
+                return item
         with ch.cond:
             self._await()
             if ch.items:
@@ -215,3 +228,20 @@ def reader(upstream: Stage[Any], size: Callable[[Any], int]
         item = next(upstream)
         return item, upstream.state_dict(), int(size(item))
     return produce
+
+
+def timeout_seconds(timeout: object, name: str = "timeout") -> float | None:
+    """``timeout`` as float seconds (numpy numbers too), after checking it is > 0 or None.
+
+    Example:
+        >>> import numpy as np
+        >>> timeout_seconds(np.float32(0.5)), timeout_seconds(None)
+        (0.5, None)
+    """
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, numbers.Real)):
+        raise TypeError(
+            f"{name} must be a number of seconds > 0 or None, got {timeout!r} of type "
+            f"{type(timeout).__name__}; pass e.g. {name}=120, or {name}=None to wait for "
+            "the upstream forever")
+    return check_timeout(None if timeout is None else float(timeout), name)
