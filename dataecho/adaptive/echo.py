@@ -186,24 +186,25 @@ class AdaptiveEcho(Stage[T]):
                 self._fresh, self._fresh_ex = index + 1, self._fresh_ex + size
                 self._buffer.add((value, size), index)
                 self._warm += 1
-                return self._emitted_one(value, size)
-            buffer = self._buffer
-            held = buffer.capacity
-            if held and self._warm >= self.min_fresh and not feed.finished():
+            else:
+                buffer = self._buffer
+                held = buffer.capacity
+                if not (held and self._warm >= self.min_fresh and not feed.finished()):
+                    return self._general()
                 pick = self._picks.below(self._steps, held) if held > 1 else 0
                 (value, size), _, _ = buffer.take(pick)
-                return self._emitted_one(value, size)
+            self._steps += 1
+            self._emitted += 1
+            self._emitted_ex += size
+            return value
+        return self._general()
+
+    def _general(self) -> Any:
         copies = self._assemble(1)
         if not copies:
             raise StopIteration
         self._emit(copies)
         return copies[0][0]
-
-    def _emitted_one(self, value: Any, size: int) -> Any:
-        self._steps += 1
-        self._emitted += 1
-        self._emitted_ex += size
-        return value
 
     def _assemble(self, need: int) -> list[Copy]:
         """Fresh items and echoes for one step, as agreed with the other ranks.
