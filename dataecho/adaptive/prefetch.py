@@ -4,8 +4,10 @@ The thread holds no reference to its owner, so an owner that is dropped (a ``bre
 out of an unnamed loop, garbage collection) is finalised and stops it. A thread whose
 queue stays full for ``park_after`` seconds (the consumer left the loop) returns and
 is restarted transparently when the consumer reads again, so an abandoned loop leaves
-no thread behind either. Upstream exceptions are handed to the consumer and raised
-there as the same object, with its original type and traceback.
+no thread behind either. The one thread no one can stop is one inside a read that
+hangs: it is a daemon, and exits once that read returns. Upstream exceptions are
+handed to the consumer and raised there as the same object, with its original type and
+traceback.
 """
 
 from __future__ import annotations
