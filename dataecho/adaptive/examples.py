@@ -14,7 +14,7 @@ from ..factor import DEFAULT_MAX_FACTOR, Auto
 from ..map import Map, _name, _takes_rng
 from ..stage import Stage, State
 from .echo import DEFAULT_BUFFER, AdaptiveEcho, Copy
-from .plan import Agreement, Feed, alone
+from .plan import Agreement, Feed
 
 _TAG = 0xA6  # per-copy augmentation stream, distinct from the core stages' tags
 
@@ -126,7 +126,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
     def _step(self) -> Any:
         copies = self._assemble(self.batch_size)
         partial = len(copies) < self.batch_size
-        if not copies or (partial and (self.drop_last or self.agree is not alone)):
+        if not copies or (partial and (self.drop_last or not self._solo)):
             raise StopIteration
         batch = self.collate([self._augmented(c) for c in copies])  # may raise: count after
         self._emit(copies)
