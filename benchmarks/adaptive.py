@@ -11,13 +11,18 @@ that thread) and adaptive echoing (AdaptiveEcho, default max_factor; with the de
 default). A drift run changes R from 2 to 4 to 1.5 mid-run,
 against the fixed factor chosen for R = 2.
 Targets (issue 3), for R <= max_factor: stall < 5%, realised factor within 15% of R,
-steps/s within 5% of the downstream-bound rate. Writes results/adaptive.json and .md.
+steps/s within 5% of the downstream-bound rate; and the cost of one ``next()``: the
+adaptive median within 2x of the fixed factor's at every R (tabled side by side).
+The machine's load average is recorded before and after. Writes results/adaptive.json
+and .md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import statistics
 import subprocess
@@ -132,6 +137,7 @@ def version() -> str:
 
 
 def run(cfg: Config) -> dict[str, Any]:
+    load_before = os.getloadavg()
     scenarios: dict[str, float | Callable[[int], float]] = {f"R={r:g}": r for r in cfg.ratios}
     scenarios["drift R=2->4->1.5"] = drift
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -160,11 +166,33 @@ def run(cfg: Config) -> dict[str, Any]:
                 "factor_within_15pct_of_R": abs(a["factor"]["median"] - r) / r < 0.15,
                 "throughput_within_5pct": a["of_bound"]["median"] >= 0.95,
             }
+    costs = next_costs(table)
+    for name, c in costs.items():
+        checks[f"{name} next()"] = {"applies": True, "within_2x_of_fixed": c["ratio"] <= 2.0}
     return {"config": asdict(cfg), "code": version(), "dataecho": dataecho.__version__,
             "machine": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "load_average": {"before": load_before,
+                                                     "after": os.getloadavg()},
+            "next_us": costs,
             "pipeline": repr(AdaptiveEcho([], max_factor=cfg.max_factor)),
             "downstream_bound_steps_per_s": summary(reference),
             "nominal_steps_per_s": 1e3 / cfg.step_ms, "results": table, "targets": checks}
+
+
+def next_costs(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per scenario: median next() in µs of the fixed factor and of adaptive, and their ratio.
+
+    Each is the median over trials of a run's median ``next()``; the ratio is adaptive
+    (default buffer) over fixed.
+    """
+    out = {}
+    for name, conds in table.items():
+        fixed = next(s for cond, s in conds.items() if cond.startswith("fixed"))
+        f, a = fixed["next_us"]["median"], conds["adaptive"]["next_us"]["median"]
+        b1 = conds["adaptive buffer_size=1"]["next_us"]["median"]
+        out[name] = {"fixed": f, "adaptive": a, "adaptive buffer_size=1": b1,
+                     "ratio": a / f if f > 0 else math.inf}
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -177,7 +205,9 @@ def markdown(res: dict[str, Any]) -> str:
         "steps/s over the consumer-alone rate measured just before (paired). "
         f"{cfg['steps']} steps per echo run, {cfg['baseline_steps']} per no-echo run. "
         f"Adaptive: `{res['pipeline']}`. Code {res['code']}, {res['machine']}, "
-        f"Python {res['python']}.", "",
+        f"Python {res['python']}, {res['cpus']} CPUs; load average (1, 5, 15 min) "
+        f"{_load(res['load_average']['before'])} before the run, "
+        f"{_load(res['load_average']['after'])} after.", "",
         f"Downstream-bound rate (consumer alone): {bound['mean']:.1f} steps/s "
         f"({bound['min']:.1f}-{bound['max']:.1f}; nominal {res['nominal_steps_per_s']:.1f}).",
         "",
@@ -192,6 +222,13 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{s['of_bound']['median']:.1%} | {f['mean']:.2f} ({f['min']:.2f}-"
                 f"{f['max']:.2f}) | {st['median']:.1%} ({st['max']:.1%}) | "
                 f"{s['next_us']['median']:.0f} µs |")
+    lines += ["", "Cost of one `next()` (median over trials of each run's median, after the "
+              "first): the fixed factor against adaptive echoing, side by side.", "",
+              "| scenario | fixed | adaptive | adaptive / fixed | adaptive buffer_size=1 |",
+              "|---|---:|---:|---:|---:|"]
+    for name, c in res["next_us"].items():
+        lines.append(f"| {name} | {c['fixed']:.1f} µs | {c['adaptive']:.1f} µs | "
+                     f"{c['ratio']:.2f}x | {c['adaptive buffer_size=1']:.1f} µs |")
     lines += ["", "Targets of issue 3 for adaptive runs with R <= max_factor, on the median "
               "trial: stall < 5%, realised factor within 15% of R, steps/s within 5% of the "
               "downstream-bound rate.", ""]
@@ -202,6 +239,10 @@ def markdown(res: dict[str, Any]) -> str:
                                         "max_factor by design; targets do not apply)")
         lines.append(f"- {name}: {marks}{note}")
     return "\n".join(lines) + "\n"
+
+
+def _load(avg: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in avg)
 
 
 def main() -> None:

@@ -135,15 +135,22 @@ def check_iterable(upstream: object, name: str = "upstream") -> Iterable[Any]:
 
 
 def check_timeout(timeout: object, name: str = "timeout") -> float | None:
-    """Returns ``timeout`` as a float after checking it is a number of seconds > 0, or None.
+    """Returns ``timeout`` as float seconds (numpy numbers too) after checking it is > 0.
+
+    None (wait forever) is returned as it is.
 
     Example:
-        >>> check_timeout(120), check_timeout(None)
-        (120.0, None)
+        >>> check_timeout(120), check_timeout(np.float32(0.5)), check_timeout(None)
+        (120.0, 0.5, None)
     """
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"{name} must be a number of seconds > 0 or None, got {timeout!r} of type "
+            f"{type(timeout).__name__}; pass e.g. {name}=120, or {name}=None to wait for "
+            "the upstream forever")
+    if not float(timeout) > 0:
         raise ValueError(
             f"{name} must be a number of seconds > 0 or None, got {timeout!r}; pass e.g. "
             f"{name}=120, or {name}=None to wait for the upstream forever")

@@ -148,8 +148,7 @@ def pipeline(
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(_rng.ECHO_KEY), buffer_size=factor.buffer_size,
-                         max_factor=factor.max_factor)
+                         seed=sub(_rng.ECHO_KEY), auto=factor)
     if echo == "before_augmentation":
         stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
     if augment is not None:

@@ -68,8 +68,7 @@ class Stage(Iterator[T_co], ABC):
         upstream of one return plain tuples here and build dicts in :meth:`_state`,
         only when a checkpoint is actually taken. Others return the body itself.
         """
-        # Stages written against the earlier contract name this hook _get_state.
-        return self._get_state()  # type: ignore[attr-defined]
+        raise NotImplementedError(f"{type(self).__name__} must implement _snapshot()")
 
     def _state(self, token: Any) -> State:
         """The body of the state (counters, upstream state) that ``token`` stands for."""

@@ -146,6 +146,24 @@ def test_arguments_are_checked_with_a_message_naming_the_fix(kwargs, error, mess
         AdaptiveEcho(range(3), **kwargs)
 
 
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"size": 3}, r"size must be callable as size\(item\)"),
+    ({"agree": 3}, r"agree must be callable as agree\(ready, capacity, ended\).*RankAgreement"),
+    ({"clock": 0.0}, r"clock must be callable as clock\(\) -> seconds"),
+    ({"feed": "thread"}, r"feed must be callable as feed\(produce\)"),
+    ({"timeout": "5"}, r"timeout must be a number of seconds > 0 or None, got '5' of type str"),
+])
+def test_callables_and_timeout_are_checked_at_construction_not_in_the_thread(kwargs, message):
+    # These once failed only later, as "'int' object is not callable" from the thread.
+    with pytest.raises(TypeError, match=message):
+        AdaptiveEcho(range(3), **kwargs)
+
+
+def test_timeout_takes_numpy_numbers():
+    stage = AdaptiveEcho(range(3), timeout=np.float32(0.5))
+    assert stage.timeout == 0.5 and type(stage.timeout) is float
+
+
 # --- shutdown: no thread survives, and errors reach the caller ---------------------
 
 def test_break_inside_with_block_stops_the_thread():
@@ -183,8 +201,9 @@ def test_upstream_exception_reaches_the_caller_with_type_and_traceback():
         next(stage)
     assert "broken_reader" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]
     assert not prefetch_threads()
-    with pytest.raises(StopIteration):
-        next(stage)
+    with pytest.raises(RuntimeError, match="stopped at an earlier OSError") as again:
+        next(stage)  # a retry does not end the pass silently
+    assert again.value.__cause__ is info.value
 
 
 def test_hung_upstream_times_out_and_leaves_no_thread_once_it_returns():
@@ -201,6 +220,30 @@ def test_hung_upstream_times_out_and_leaves_no_thread_once_it_returns():
         next(stage)
     release.set()
     wait_until(lambda: not prefetch_threads())
+
+
+def test_a_retry_after_a_timeout_raises_again_and_a_restore_resumes_reading():
+    release = threading.Event()
+
+    class Hung:  # re-iterable, so a restore can read it again
+        def __iter__(self):
+            yield 0
+            release.wait()
+            yield from (1, 2)
+
+    stage = AdaptiveEcho(Hung(), max_factor=1, timeout=0.2)
+    assert next(stage) == 0
+    with pytest.raises(TimeoutError) as first:
+        next(stage)
+    # Once ended the pass silently with StopIteration: training would stop early.
+    with pytest.raises(RuntimeError, match=r"earlier TimeoutError.*load_state_dict") as again:
+        next(stage)
+    assert again.value.__cause__ is first.value
+    state = stage.state_dict()
+    release.set()  # the hung read returns: its daemon thread exits
+    wait_until(lambda: not prefetch_threads())
+    stage.load_state_dict(state)
+    assert list(stage) == [1, 2]
 
 
 def test_keyboard_interrupt_while_waiting_stops_the_thread():
@@ -220,5 +263,5 @@ def test_keyboard_interrupt_while_waiting_stops_the_thread():
     timer.join()
     release.set()
     wait_until(lambda: not prefetch_threads())
-    with pytest.raises(StopIteration):
+    with pytest.raises(RuntimeError, match="stopped at an earlier KeyboardInterrupt"):
         next(stage)

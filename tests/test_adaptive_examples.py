@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from dataecho import Echo, Source
+from dataecho import Auto, Echo, Source, pipeline
 from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, SimClock, SimulatedFeed, make_auto
 from helpers import sim
 from helpers.threads import wait_until
@@ -158,6 +158,36 @@ def test_make_auto_builds_each_variant(echo, kind):
         assert isinstance(stage, kind)
         out = sorted({int(x) for b in stage for x in b})
     assert out == list(range(100, 112))
+
+
+@pytest.mark.parametrize("echo", ["before_augmentation", "batch"])
+def test_make_auto_takes_an_auto_value_and_its_agreement_reaches_the_stage(echo):
+    def agree(ready, capacity, ended):
+        return ready, capacity, ended
+
+    auto = Auto(max_factor=3, buffer_size=5, agree=agree)
+    stage = make_auto(range(8), echo=echo, batch_size=2, auto=auto)
+    assert (stage.max_factor, stage.buffer_size, stage.agree) == (3, 5, agree)
+    stage.close()
+
+
+def test_pipeline_with_an_auto_agreement_builds_a_stage_that_votes_with_it():
+    votes = []
+
+    def agree(ready, capacity, ended):
+        votes.append(ready)
+        return ready, capacity, ended
+
+    with pipeline(range(8), factor=Auto(agree=agree), echo="before_augmentation",
+                  batch_size=4, shuffle=False) as stage:
+        assert stage.agree is agree
+        assert sorted(int(x) for b in stage for x in b) == list(range(8))
+    assert votes  # every step was agreed through it
+
+
+def test_make_auto_refuses_an_auto_that_is_not_one():
+    with pytest.raises(TypeError, match=r"auto must be a dataecho.Auto, got 4"):
+        make_auto(range(4), echo="batch", batch_size=2, auto=4)
 
 
 def test_make_auto_rejects_unknown_variants():

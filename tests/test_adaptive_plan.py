@@ -4,7 +4,9 @@ import collections
 
 import pytest
 
+from dataecho import _rng
 from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, EchoBuffer, SimClock, SimulatedFeed
+from dataecho.adaptive.picks import Picks
 from dataecho.adaptive.plan import Plan, plan
 from helpers import sim
 
@@ -118,6 +120,16 @@ def test_echo_buffer_spends_each_budget_once_and_evicts_the_oldest():
     draws = [d for _ in range(6) for d in buf.draw(1)]
     assert collections.Counter(item for item, _, _ in draws) == {"x1": 2, "x2": 2, "x3": 2}
     assert buf.capacity == 0
+
+
+def test_picks_draw_exactly_what_the_counter_keyed_stream_draws():
+    picks, stream = Picks(7, 0xAD), _rng.Stream(7, 0xAD)
+    # Forward by small and large gaps, then backwards (a restore); sizes near 2**32
+    # make numpy redraw about half the time, and 2**32 itself leaves the fast path.
+    positions = [0, 1, 2, 5, 6, 100, 101, 5_000, 2**40, 3, 4, 2]
+    for k in positions:
+        for n in (1, 2, 3, 4, 16, 2**31 + 1, 2**32 - 1, 2**32):
+            assert picks.below(k, n) == int(stream.at(k).integers(n)), (k, n)
 
 
 def test_simulated_feed_bounds_the_producer_by_the_queue_depth():

@@ -7,6 +7,7 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import pytest
 
 from dataecho.adaptive import Prefetcher
@@ -92,10 +93,19 @@ def test_thread_parks_when_nobody_reads_and_resumes_losslessly():
     feed.close()
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, "1", True])
-def test_timeout_must_be_positive_seconds_or_none(bad):
-    with pytest.raises(ValueError, match=r"timeout must be a number of seconds > 0 or None"):
+@pytest.mark.parametrize(("bad", "error"), [
+    (0, ValueError), (-1.0, ValueError), (float("nan"), ValueError),
+    ("1", TypeError), (True, TypeError)])
+def test_timeout_must_be_positive_seconds_or_none(bad, error):
+    with pytest.raises(error, match=r"timeout must be a number of seconds > 0 or None"):
         Prefetcher(iter([]).__next__, timeout=bad)
+
+
+@pytest.mark.parametrize("seconds", [np.float32(0.5), np.int64(2), np.float64(0.5)])
+def test_timeout_takes_numpy_numbers_like_every_numeric_parameter(seconds):
+    feed = Prefetcher(iter([]).__next__, timeout=seconds)
+    assert feed.timeout == float(seconds) and type(feed.timeout) is float
+    feed.close()
 
 
 def test_depth_is_checked_under_the_name_users_pass():

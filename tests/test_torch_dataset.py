@@ -117,6 +117,14 @@ def test_set_epoch_reaches_persistent_workers():
     assert _ids(loader) != first
 
 
+def test_auto_is_accepted_on_map_style_data_too():
+    ds = EchoDataset(Tokens(24), factor=Auto(max_factor=2), seed=1)
+    used = collections.Counter(int(r[0]) for b in DataLoader(ds, batch_size=4) for r in b)
+    assert set(used) == set(range(24)) and max(used.values()) <= 2
+    assert repr(ds).startswith("EchoDataset(<Tokens of 24>, echo='before_augmentation', "
+                               "factor=Auto(max_factor=2), seed=1")
+
+
 def test_stats_add_up_over_workers():
     ds = EchoDataset(Tokens(50), factor=3, buffer_size=8)
     n = sum(len(b) for b in DataLoader(ds, batch_size=10, num_workers=2))
@@ -347,18 +355,13 @@ def test_stateful_dataloader_restores_a_worker_that_already_ended():
     assert len(head) + len(rest) == 21
 
 
-def test_rank_and_factor_auto_are_checked_at_construction():
+def test_rank_and_world_size_are_checked_at_construction():
     with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\), got 5"):
         EchoDataset(Tokens(8), rank=5, world_size=2)
     with pytest.raises(ValueError, match=r"world_size must be an int >= 1, got 0"):
         EchoDataset(Tokens(8), rank=0, world_size=0)
     with pytest.raises(ValueError, match=r"too few for num_shards=4"):
         EchoDataset(Tokens(3), rank=3, world_size=4)
-    for auto in ("auto", Auto()):
-        with pytest.raises(TypeError, match=r"factor must be a fixed number here, got .*; for "
-                                            r"adaptive echoing use dataecho.torch.EchoBatches"
-                                            r"\(loader, factor=dataecho.Auto\(\)\)"):
-            EchoDataset(Tokens(8), factor=auto)
     with pytest.raises(ValueError, match=r"rank and world_size go together, got rank=1 and "
                                          r"world_size=None; pass both"):
         EchoDataset(Tokens(8), rank=1)

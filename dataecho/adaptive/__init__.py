@@ -1,13 +1,14 @@
-"""Adaptive echoing, ``factor="auto"``: echo only while the next fresh item is late.
+"""Adaptive echoing, ``factor=Auto()``: echo only while the next fresh item is late.
 
 Modules, one idea each:
 
 * ``echo``: :class:`AdaptiveEcho`, the stage that echoes whole items (batches);
 * ``examples``: :class:`AdaptiveExamples` (example echoing before augmentation) and
-  :func:`make_auto`, the tail of a ``factor="auto"`` pipeline;
+  :func:`make_auto`, the tail of a ``factor=Auto()`` pipeline;
 * ``plan``: the decision, pure: the :class:`Feed` and :class:`Agreement` protocols and
   ``plan()``, which fills a step with fresh items, then echoes, then waits;
 * ``buffer``: :class:`EchoBuffer`, the recent items echoes are drawn from;
+* ``picks``: :class:`Picks`, the ``(seed, step)``-keyed choice among them;
 * ``prefetch``: :class:`Prefetcher`, the background thread that reads ahead;
 * ``timing``: :class:`AdaptiveStats`, echo counts plus the consumer's stall;
 * ``sim``: :class:`SimClock` and :class:`SimulatedFeed`, to replay the decisions
@@ -17,9 +18,11 @@ Cross-rank agreement for DDP lives with the torch adapters:
 ``dataecho.torch.distributed.RankAgreement``.
 """
 
+from ..factor import DEFAULT_MAX_FACTOR
 from .buffer import EchoBuffer
-from .echo import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho
+from .echo import DEFAULT_BUFFER, AdaptiveEcho
 from .examples import AdaptiveExamples, make_auto
+from .picks import Picks
 from .plan import Agreement, Feed, Plan, alone
 from .prefetch import Prefetcher, reader
 from .sim import SimClock, SimulatedFeed
@@ -27,6 +30,6 @@ from .timing import AdaptiveStats
 
 __all__ = [
     "DEFAULT_BUFFER", "DEFAULT_MAX_FACTOR", "AdaptiveEcho", "AdaptiveExamples", "AdaptiveStats",
-    "Agreement", "EchoBuffer", "Feed", "Plan", "Prefetcher", "SimClock", "SimulatedFeed",
+    "Agreement", "EchoBuffer", "Feed", "Picks", "Plan", "Prefetcher", "SimClock", "SimulatedFeed",
     "alone", "make_auto", "reader",
 ]

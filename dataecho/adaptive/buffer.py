@@ -51,11 +51,12 @@ class EchoBuffer(Generic[T]):
 
     def draw(self, n: int, rng: np.random.Generator | None = None) -> list[tuple[T, int, int]]:
         """``n`` distinct items as ``(item, fresh_index, use)``: newest, or random with rng."""
-        size = len(self._entries)
+        entries = self._entries
+        size = len(entries)
+        if n == 1 and size:  # the usual case (a batch per step): no lists, no rebuild
+            return [self.take(int(rng.integers(size)) if rng is not None else size - 1)]
         if rng is None or n >= size:
             picks = list(range(max(size - n, 0), size))
-        elif n == 1:  # the usual case (a batch per step): a fifth of choice()'s cost
-            picks = [int(rng.integers(size))]
         else:
             picks = sorted(rng.choice(size, size=n, replace=False).tolist())
         out = []
@@ -66,6 +67,14 @@ class EchoBuffer(Generic[T]):
         if any(self._entries[i].uses >= self.max_uses for i in picks):
             self._entries = deque(e for e in self._entries if e.uses < self.max_uses)
         return out
+
+    def take(self, i: int) -> tuple[T, int, int]:
+        """Echoes the ``i``-th item, oldest first, as ``(item, fresh_index, use)``."""
+        entry = self._entries[i]
+        entry.uses += 1
+        if entry.uses >= self.max_uses:
+            del self._entries[i]
+        return entry.item, entry.index, entry.uses - 1
 
     def clear(self) -> None:
         self._entries.clear()

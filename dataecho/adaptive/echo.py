@@ -9,22 +9,22 @@ from functools import partial
 from typing import Any, TypeVar
 
 from .. import _rng
-from .._checks import check_positive_int, check_seed, check_timeout
+from .._checks import check_callable, check_positive_int, check_seed, check_size, check_timeout
+from ..factor import DEFAULT_MAX_FACTOR
 from ..iterable import as_stage
 from ..sizes import default_size
 from ..stage import Stage, State
 from .buffer import EchoBuffer
+from .picks import Picks
 from .plan import Agreement, Feed, alone, plan
 from .prefetch import Prefetcher, reader
 from .timing import AdaptiveStats
 
 T = TypeVar("T")
 
-#: Uses of one fresh item at most, by default: the reason is in AdaptiveEcho's docstring.
-DEFAULT_MAX_FACTOR = 4
-#: Recent items echoes are drawn from, by default: the reason is in AdaptiveEcho's docstring.
+#: Recent items echoes are drawn from, by default: loaders deliver in bursts
+#: (``benchmarks/results/bursts.md``).
 DEFAULT_BUFFER = 4
-_TAG = 0xAD  # counter-keyed stream of echo picks, distinct from the core stages' tags
 
 Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in examples)
 
@@ -53,8 +53,16 @@ class AdaptiveEcho(Stage[T]):
 
     Threads: the thread stops on :meth:`close` or leaving a ``with`` block, on an
     exception or KeyboardInterrupt in ``next()``, on garbage collection, and by itself
-    a second after the consumer stopped reading (a ``break``). Upstream exceptions are
-    re-raised here with their original type and traceback.
+    a second after the consumer stopped reading (a ``break``). A thread inside a hung
+    read cannot be interrupted: after a TimeoutError it is a daemon that lives until
+    that read returns, then exits. Upstream exceptions are re-raised here with their
+    original type and traceback.
+
+    Errors: after an exception in ``next()`` (the upstream's, a TimeoutError, a
+    KeyboardInterrupt) the pass does not go on: every later ``next()`` raises a
+    RuntimeError chained to it, never a silent StopIteration. The fresh items of the
+    failed step are uncounted, so ``load_state_dict(state_dict())`` taken after the
+    error resumes exactly where the consumer stopped.
 
     Args:
         upstream: any iterable of batches: a DataLoader, a Ray iterator, a Stage.
@@ -64,13 +72,9 @@ class AdaptiveEcho(Stage[T]):
             (Muennighoff et al., 2023); 4 is the largest cap safe by both measures.
         min_fresh: fresh items at the start of each pass before echoing may begin.
         buffer_size: recent items echoes are drawn from; 1: the latest only, as in
-            the paper's batch echoing. Default 4: loaders deliver in bursts (a
-            DataLoader's workers finish batches together, a windowed shuffle emits a
-            window at once), and with the latest item only, a burst's other items never
-            get their echoes: simulated at ``R = 6`` with bursts of 4 items, buffers of
-            1 and 4 realised 1.75 and 3.99 of the cap of 4 (bursts of 10 need about 16:
-            1.30, 2.19, 3.98 with 1, 4, 16; ``benchmarks/results/bursts.md``). Memory:
-            that many items kept alive.
+            the paper's batch echoing. Default 4, because loaders deliver in bursts and
+            with the latest item only a burst's other items never get their echoes
+            (``benchmarks/results/bursts.md``). Memory: that many items kept alive.
         prefetch: fresh items the thread reads ahead.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
@@ -112,18 +116,26 @@ class AdaptiveEcho(Stage[T]):
         self.prefetch = check_positive_int(prefetch, "prefetch")
         self.timeout = check_timeout(timeout)
         self.seed = check_seed(seed)
-        self.agree: Agreement = agree or alone
-        self._make_feed = feed or partial(Prefetcher, depth=self.prefetch, timeout=self.timeout)
-        self._clock = clock or time.perf_counter
-        self._size = size or default_size(self.upstream)
+        self.agree: Agreement = check_callable(agree, "agree", "agree(ready, capacity, ended)",
+                                          "pass dataecho.torch.distributed.RankAgreement() "
+                                          "under DDP, or None for one process") or alone
+        # One process: no vote to take, so each step takes the direct path of _assemble.
+        self._solo = self.agree is alone
+        self._make_feed = check_callable(feed, "feed", "feed(produce) -> Feed",
+                                    "pass a function such as SimulatedFeed's constructor, "
+                                    "or None for the prefetch thread") or partial(
+            Prefetcher, depth=self.prefetch, timeout=self.timeout)
+        self._clock = check_callable(clock, "clock", "clock() -> seconds",
+                                "pass a function such as time.perf_counter, or None"
+                                ) or time.perf_counter
+        self._size = check_size(size) or default_size(self.upstream)
         self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
-        # Echo picks: one substream per step, reached by a jump (seeding a generator per
-        # echo cost ~15 µs, a jump ~2.5 µs). Not `_stream`: AdaptiveExamples keys its
-        # augmentations by that name, and the two must not share substreams.
-        self._picks = _rng.Stream(self.seed, _TAG)
+        # Echo picks: the draw of step k is keyed by (seed, k), so a restore repeats them.
+        self._picks = Picks(self.seed, _rng.ADAPTIVE_PICKS)
         self._feed: Feed[Any] | None = None
         self._resume: State | None = None  # upstream state after the last fresh item taken
         self._over = False  # this pass ended (exhausted, failed or closed)
+        self._failure: BaseException | None = None  # what ended it, if it failed
         self._fresh = self._fresh_ex = self._emitted = self._emitted_ex = self._steps = 0
         self._warm = 0  # fresh items since the pass began or was restored
         self._first: float | None = None  # clock at the first next()
@@ -132,11 +144,12 @@ class AdaptiveEcho(Stage[T]):
 
     def __next__(self) -> T:
         if self._over:
-            raise StopIteration
+            self._ended()
         start = self._clock()
         if self._first is None:
             self._first = start
-        self._open()
+        if self._feed is None:
+            self._open()  # before the snapshot below: it sets the resume state
         before = self._resume, self._fresh, self._fresh_ex
         try:
             out = self._step()
@@ -144,17 +157,49 @@ class AdaptiveEcho(Stage[T]):
             self._over, self._end = True, self._clock()
             self._blocked += self._end - start
             raise
-        except BaseException:  # KeyboardInterrupt included: stop the thread, promptly
+        except BaseException as err:  # KeyboardInterrupt included: stop the thread, promptly
             # The fresh items this step took never reached the consumer: uncount them,
             # so a checkpoint taken now re-reads them instead of skipping them.
             self._resume, self._fresh, self._fresh_ex = before
-            self._over = True
+            self._over, self._failure = True, err
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
         self._blocked += self._clock() - start
         return out  # type: ignore[no-any-return]
 
+    def _ended(self) -> None:
+        if self._failure is None:
+            raise StopIteration
+        err = self._failure
+        # A retry must not end the pass silently: training would stop early unnoticed.
+        raise RuntimeError(
+            f"{type(self).__name__} stopped at an earlier {err!r} and "
+            "does not read on after it; call load_state_dict(state_dict()) to resume from "
+            "the last item emitted, or build a new stage") from err
+
     def _step(self) -> Any:
+        if self._solo:  # the hot path: what _assemble(1) decides alone, in fewer calls
+            feed: Feed[Any] = self._feed  # type: ignore[assignment]  # opened by __next__
+            if feed.ready():
+                value, self._resume, size = feed.get()
+                index = self._fresh
+                self._fresh, self._fresh_ex = index + 1, self._fresh_ex + size
+                self._buffer.add((value, size), index)
+                self._warm += 1
+            else:
+                buffer = self._buffer
+                held = buffer.capacity
+                if not (held and self._warm >= self.min_fresh and not feed.finished()):
+                    return self._general()
+                pick = self._picks.below(self._steps, held) if held > 1 else 0
+                (value, size), _, _ = buffer.take(pick)
+            self._steps += 1
+            self._emitted += 1
+            self._emitted_ex += size
+            return value
+        return self._general()
+
+    def _general(self) -> Any:
         copies = self._assemble(1)
         if not copies:
             raise StopIteration
@@ -172,6 +217,17 @@ class AdaptiveEcho(Stage[T]):
         not, so their later all-reduces paired with the wrong steps).
         """
         feed = self._open()
+        if self._solo:  # one process: no vote, so decide from one look at the feed
+            ready = feed.ready()
+            if ready >= need:  # not input-bound: fresh items only
+                return self._keep([self._take(feed.get()) for _ in range(need)], need)
+            # Echo the shortfall if the budget allows it and the upstream is not over
+            # (finished() read after ready(): False now means it was False then).
+            if (self._warm >= self.min_fresh and self._buffer.capacity >= need - ready
+                    and (ready or not feed.finished())):
+                fresh = [self._take(feed.get()) for _ in range(ready)]
+                return self._keep(fresh + self._draw(need - ready), ready)
+            # Otherwise (warm-up, a spent budget, the end) the rounds below decide.
         out: list[Copy] = []
         taken = 0  # fresh items in out
         awaited = 0  # 1 after a wait: that item is taken next (unless a rank ended), so it
@@ -198,6 +254,10 @@ class AdaptiveEcho(Stage[T]):
                     with suppress(StopIteration):
                         feed.get()  # raises the upstream's error, if that is why it ended
                 break
+        return self._keep(out, taken)
+
+    def _keep(self, out: list[Copy], taken: int) -> list[Copy]:
+        """Adds the first ``taken`` copies, the fresh ones, to the echo buffer."""
         for value, index, _, size in out[:taken]:
             self._buffer.add((value, size), index)
         self._warm += taken
@@ -211,15 +271,18 @@ class AdaptiveEcho(Stage[T]):
         return value, index, 0, size
 
     def _draw(self, n: int) -> list[Copy]:
-        choice = None
-        if self._buffer.capacity > n:
-            choice = self._picks.at(self._steps)
+        held = self._buffer.capacity
+        if n == 1 and held > 1:  # the usual choice: one integer, drawn cheaply
+            (v, size), i, use = self._buffer.take(self._picks.below(self._steps, held))
+            return [(v, i, use, size)]
+        # The (seed, step)-keyed generator only where there is a choice to make.
+        choice = self._picks.at(self._steps) if held > n else None
         return [(v, i, use, size) for (v, size), i, use in self._buffer.draw(n, choice)]
 
     def _emit(self, copies: list[Copy]) -> None:
         self._steps += 1
         self._emitted += len(copies)
-        self._emitted_ex += sum(c[3] for c in copies)
+        self._emitted_ex += copies[0][3] if len(copies) == 1 else sum(c[3] for c in copies)
 
     def _open(self) -> Feed[Any]:
         if self._feed is None:
@@ -262,7 +325,7 @@ class AdaptiveEcho(Stage[T]):
             args |= {"buffer_size": self.buffer_size, "seed": self.seed}
         return args
 
-    def _get_state(self) -> State:
+    def _snapshot(self) -> State:
         upstream = self._resume if self._resume is not None else self.upstream.state_dict()
         return {"upstream": upstream, "fresh": self._fresh, "fresh_examples": self._fresh_ex,
                 "emitted": self._emitted, "emitted_examples": self._emitted_ex,
@@ -270,7 +333,7 @@ class AdaptiveEcho(Stage[T]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self._stop_feed()
-        self._feed, self._over, self._warm = None, False, 0
+        self._feed, self._over, self._failure, self._warm = None, False, None, 0
         self._buffer.clear()
         self.upstream.load_state_dict(state["upstream"])
         self._resume = dict(state["upstream"])

@@ -10,12 +10,11 @@ from .._checks import check_positive_int
 from .._rng import derive_seed
 from ..batch import Batch
 from ..batch import collate as default_collate
+from ..factor import DEFAULT_MAX_FACTOR, Auto
 from ..map import Map, fn_name, takes_rng
 from ..stage import Stage, State
-from .echo import DEFAULT_BUFFER, DEFAULT_MAX_FACTOR, AdaptiveEcho, Copy
-from .plan import Agreement, Feed, alone
-
-_TAG = 0xA6  # per-copy augmentation stream, distinct from the core stages' tags
+from .echo import DEFAULT_BUFFER, AdaptiveEcho, Copy
+from .plan import Agreement, Feed
 
 
 class AdaptiveExamples(AdaptiveEcho[Any]):
@@ -41,7 +40,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
     (dropped with ``drop_last``, and always under an ``agree`` so that all ranks stop
     together).
 
-    Checkpoint, threads and cross-rank agreement: as :class:`AdaptiveEcho`.
+    Checkpoint, threads, errors and cross-rank agreement: as :class:`AdaptiveEcho`.
 
     Args:
         upstream: decoded examples (the expensive read happens upstream).
@@ -50,12 +49,10 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         max_factor: the most uses of one example, an int >= 1.
         min_fresh: fresh examples before echoing may begin; default 4 batches (or
             ``buffer_size`` if smaller).
-        buffer_size: recent examples echoes are drawn from; default 8 batches. Examples
-            pushed out before they spent their budget are echoes lost, and upstreams
-            deliver in bursts (a shard, a file of records): simulated at ``R = 6`` with
-            a batch of 128 and bursts of 500 examples, a 4-batch buffer realised 3.78
-            of the cap of 4, an 8-batch one 3.97 (2.42 and 3.94 with bursts of 1,000;
-            ``benchmarks/results/bursts.md``). Memory: 8 batches of decoded examples.
+        buffer_size: recent examples echoes are drawn from; default 8 batches, because
+            upstreams deliver in bursts (a shard, a file of records) and examples pushed
+            out before they spent their budget are echoes lost
+            (``benchmarks/results/bursts.md``). Memory: 8 batches of decoded examples.
         prefetch: examples read ahead; default 2 batches.
         drop_last: drop a final partial batch.
         collate: list of examples -> batch; default :func:`dataecho.collate` (numpy).
@@ -109,7 +106,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         self.augment = augment
         self.random = augment is not None and takes_rng(augment)
         # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
-        self._stream = _rng.Stream(self.seed, _TAG)
+        self._stream = _rng.Stream(self.seed, _rng.ADAPTIVE_COPIES)
         self.drop_last = bool(drop_last)
         self.collate: Callable[[list[Any]], Any] = collate or default_collate
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
@@ -127,7 +124,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
     def _step(self) -> Any:
         copies = self._assemble(self.batch_size)
         partial = len(copies) < self.batch_size
-        if not copies or (partial and (self.drop_last or self.agree is not alone)):
+        if not copies or (partial and (self.drop_last or not self._solo)):
             raise StopIteration
         batch = self.collate([self._augmented(c) for c in copies])  # may raise: count after
         self._emit(copies)
@@ -154,8 +151,8 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
             args["augment"] = self._config()["augment"]
         return args
 
-    def _get_state(self) -> State:
-        return {**super()._get_state(), "last_size": self.last_size}
+    def _snapshot(self) -> State:
+        return {**super()._snapshot(), "last_size": self.last_size}
 
     def _set_state(self, state: Any) -> None:
         super()._set_state(state)
@@ -171,35 +168,43 @@ def make_auto(
     drop_last: bool = False,
     collate: Callable[[list[Any]], Any] | None = None,
     seed: int = 0,
-    max_factor: int = DEFAULT_MAX_FACTOR,
-    buffer_size: int | None = None,
+    auto: Auto | None = None,
 ) -> Stage[Any]:
-    """The tail of a pipeline with ``factor="auto"`` for one of the paper's variants.
+    """The tail of a pipeline with ``factor=Auto(...)`` for one of the paper's variants.
 
     - ``"before_augmentation"``: ``AdaptiveExamples(source, augment=augment)``;
     - ``"after_augmentation"``: ``Map(augment)`` -> ``AdaptiveExamples`` (identical copies);
     - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``.
 
-    ``buffer_size`` is the adaptive stage's echo buffer (examples, or batches for
+    ``auto`` (default ``Auto()``) gives the adaptive stage its ``max_factor``, its
+    ``agree`` and its ``buffer_size``: the echo buffer (examples, or batches for
     ``"batch"``), which spreads copies apart as the post-echo shuffle does for a fixed
     factor; None keeps each stage's default.
 
     Example:
-        >>> stage = make_auto(range(6), echo="batch", batch_size=3)
+        >>> stage = make_auto(range(6), echo="batch", batch_size=3, auto=Auto(max_factor=2))
         >>> [b.tolist() for b in stage][0], stage.stats().fresh_examples
         ([0, 1, 2], 6)
     """
+    auto = Auto() if auto is None else auto
+    if not isinstance(auto, Auto):
+        raise TypeError(
+            f"auto must be a dataecho.Auto, got {auto!r} of type {type(auto).__name__}; "
+            "pass auto=dataecho.Auto(max_factor=4), or None for the defaults")
     if echo not in ("before_augmentation", "after_augmentation", "batch"):
         raise ValueError(
             f"echo must be 'before_augmentation', 'after_augmentation' or 'batch' for "
             f"factor='auto', got {echo!r}; pass echo='before_augmentation'")
     stage: Iterable[Any] = source
     if echo != "before_augmentation" and augment is not None:
-        stage = Map(stage, augment, seed=derive_seed(seed, 2))
+        stage = Map(stage, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
     if echo == "batch":
         batches = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
-        return AdaptiveEcho(batches, max_factor=max_factor, seed=derive_seed(seed, 1),
-                            buffer_size=DEFAULT_BUFFER if buffer_size is None else buffer_size)
-    return AdaptiveExamples(stage, batch_size, max_factor=max_factor, drop_last=drop_last,
-                            collate=collate, seed=derive_seed(seed, 1), buffer_size=buffer_size,
+        return AdaptiveEcho(batches, max_factor=auto.max_factor,
+                            seed=derive_seed(seed, _rng.ECHO_KEY),
+                            buffer_size=auto.buffer_size or DEFAULT_BUFFER, agree=auto.agree)
+    return AdaptiveExamples(stage, batch_size, max_factor=auto.max_factor,
+                            drop_last=drop_last, collate=collate,
+                            seed=derive_seed(seed, _rng.ECHO_KEY),
+                            buffer_size=auto.buffer_size, agree=auto.agree,
                             augment=augment if echo == "before_augmentation" else None)

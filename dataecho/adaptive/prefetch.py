@@ -4,8 +4,10 @@ The thread holds no reference to its owner, so an owner that is dropped (a ``bre
 out of an unnamed loop, garbage collection) is finalised and stops it. A thread whose
 queue stays full for ``park_after`` seconds (the consumer left the loop) returns and
 is restarted transparently when the consumer reads again, so an abandoned loop leaves
-no thread behind either. Upstream exceptions are handed to the consumer and raised
-there as the same object, with its original type and traceback.
+no thread behind either. The one thread no one can stop is one inside a read that
+hangs: it is a daemon, and exits once that read returns. Upstream exceptions are
+handed to the consumer and raised there as the same object, with its original type and
+traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._checks import check_positive_int, check_timeout
@@ -126,14 +129,18 @@ class Prefetcher(Generic[T]):
 
     def ready(self) -> int:
         """Items :meth:`get` returns without waiting."""
-        with self._ch.cond:
-            self._ensure_running()
-            return len(self._ch.items)
+        ch = self._ch
+        # Read without the lock: a deque's length and the flags are single reads under
+        # the GIL, and the lock is taken only to start a thread that is not running.
+        if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
+            with ch.cond:
+                self._ensure_running()
+        return len(ch.items)
 
     def finished(self) -> bool:
         """True once no item will follow the queued ones (upstream over, or closed)."""
-        with self._ch.cond:
-            return self._ch.done or self._ch.stop
+        ch = self._ch
+        return ch.done or ch.stop  # flags only ever turn True: no lock needed
 
     def get(self) -> T:
         """The next item, waiting up to ``timeout`` seconds.
@@ -144,6 +151,13 @@ class Prefetcher(Generic[T]):
             BaseException: whatever the upstream raised, as the same object.
         """
         ch = self._ch
+        if ch.items and ch.running:  # ready, and a producer refills: no wait, no lock
+            with suppress(IndexError):  # emptied meanwhile by close(): take the slow path
+                item = ch.items.popleft()
+                if len(ch.items) == ch.depth - 1:  # was full: the producer waits for room
+                    with ch.cond:
+                        ch.cond.notify_all()
+                return item
         with ch.cond:
             self._await()
             if ch.items:
