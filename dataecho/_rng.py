@@ -147,3 +147,63 @@ class Stream:
             self._state = words[0] | words[1] << 64  # type: ignore[index]
             self._position = position
         return self._generator
+
+
+_LOW64 = (1 << 64) - 1
+_LOW32 = (1 << 32) - 1
+
+
+class Picks:
+    """Counter-keyed integer draws: ``below(k, n)`` is ``Stream(seed, tag).at(k).integers(n)``.
+
+    Positions usually grow by a few between picks; the state of the last one is kept,
+    and reaching the next costs one multiplication per set bit of the distance.
+
+    Example:
+        >>> picks = Picks(0, 0xAD)
+        >>> [picks.below(k, 4) for k in range(6)] == [
+        ...     int(picks.at(k).integers(4)) for k in range(6)]
+        True
+    """
+
+    def __init__(self, seed: int, tag: int) -> None:
+        self._stream = Stream(seed, tag)  # for draws other than one integer
+        state = np.random.PCG64(np.random.SeedSequence([seed, tag])).state["state"]
+        self._origin, self._inc = int(state["state"]), int(state["inc"])
+        # Jumps of 2**i substreams (2**(64 + i) draws), as s -> a*s + c.
+        self._jumps = []
+        for i in range(64):
+            a, g = _steps(1 << (64 + i))
+            self._jumps.append((a, g * self._inc & _MASK))
+        self._position, self._state = 0, self._origin
+
+    def at(self, position: int) -> np.random.Generator:
+        """The generator at the start of substream ``position`` (``Stream.at``)."""
+        return self._stream.at(position)
+
+    def below(self, position: int, n: int) -> int:
+        """The first ``integers(n)`` draw of substream ``position``, for ``n >= 1``."""
+        if n >= 1 << 32:
+            return int(self._stream.at(position).integers(n))
+        if position < self._position:
+            self._position, self._state = 0, self._origin
+        distance, state, bit = position - self._position, self._state, 0
+        while distance:
+            if distance & 1:
+                a, c = self._jumps[bit]
+                state = (a * state + c) & _MASK
+            distance >>= 1
+            bit += 1
+        self._position, self._state = position, state
+        # numpy's integers(n) below 2**32: Lemire's method on the 32-bit halves of
+        # 64-bit draws, low half first; a draw under the threshold would favour low
+        # numbers and is redrawn.
+        threshold = ((1 << 32) - n) % n
+        while True:
+            state = (state * _MULT + self._inc) & _MASK
+            x, rot = (state >> 64) ^ (state & _LOW64), state >> 122  # PCG64's XSL-RR output
+            raw = ((x >> rot) | (x << (64 - rot))) & _LOW64
+            for half in (raw & _LOW32, raw >> 32):
+                m = half * n
+                if m & _LOW32 >= threshold:
+                    return m >> 32

@@ -6,7 +6,6 @@ import pytest
 
 from dataecho import _rng
 from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, EchoBuffer, SimClock, SimulatedFeed
-from dataecho.adaptive.picks import Picks
 from dataecho.adaptive.plan import Plan, plan
 from helpers import sim
 
@@ -123,7 +122,7 @@ def test_echo_buffer_spends_each_budget_once_and_evicts_the_oldest():
 
 
 def test_picks_draw_exactly_what_the_counter_keyed_stream_draws():
-    picks, stream = Picks(7, 0xAD), _rng.Stream(7, 0xAD)
+    picks, stream = _rng.Picks(7, 0xAD), _rng.Stream(7, 0xAD)
     # Forward by small and large gaps, then backwards (a restore); sizes near 2**32
     # make numpy redraw about half the time, and 2**32 itself leaves the fast path.
     positions = [0, 1, 2, 5, 6, 100, 101, 5_000, 2**40, 3, 4, 2]

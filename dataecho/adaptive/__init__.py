@@ -7,8 +7,8 @@ Modules, one idea each:
   :func:`make_auto`, the tail of a ``factor=Auto()`` pipeline;
 * ``plan``: the decision, pure: the :class:`Feed` and :class:`Agreement` protocols and
   ``plan()``, which fills a step with fresh items, then echoes, then waits;
-* ``buffer``: :class:`EchoBuffer`, the recent items echoes are drawn from;
-* ``picks``: :class:`Picks`, the ``(seed, step)``-keyed choice among them;
+* ``buffer``: :class:`EchoBuffer`, the recent items echoes are drawn from (which one, by
+  a ``(seed, step)``-keyed draw: ``dataecho._rng.Picks``);
 * ``prefetch``: :class:`Prefetcher`, the background thread that reads ahead;
 * ``timing``: :class:`AdaptiveStats`, echo counts plus the consumer's stall;
 * ``sim``: :class:`SimClock` and :class:`SimulatedFeed`, to replay the decisions
@@ -22,7 +22,6 @@ from ..factor import DEFAULT_MAX_FACTOR
 from .buffer import EchoBuffer
 from .echo import DEFAULT_BUFFER, AdaptiveEcho
 from .examples import AdaptiveExamples, make_auto
-from .picks import Picks
 from .plan import Agreement, Feed, Plan, alone
 from .prefetch import Prefetcher, reader
 from .sim import SimClock, SimulatedFeed
@@ -30,6 +29,6 @@ from .timing import AdaptiveStats
 
 __all__ = [
     "DEFAULT_BUFFER", "DEFAULT_MAX_FACTOR", "AdaptiveEcho", "AdaptiveExamples", "AdaptiveStats",
-    "Agreement", "EchoBuffer", "Feed", "Picks", "Plan", "Prefetcher", "SimClock", "SimulatedFeed",
+    "Agreement", "EchoBuffer", "Feed", "Plan", "Prefetcher", "SimClock", "SimulatedFeed",
     "alone", "make_auto", "reader",
 ]

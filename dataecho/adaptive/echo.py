@@ -15,7 +15,6 @@ from ..iterable import as_stage
 from ..sizes import default_size
 from ..stage import Stage, State
 from .buffer import EchoBuffer
-from .picks import Picks
 from .plan import Agreement, Feed, alone, plan
 from .prefetch import Prefetcher, reader
 from .timing import AdaptiveStats
@@ -131,7 +130,7 @@ class AdaptiveEcho(Stage[T]):
         self._size = check_size(size) or default_size(self.upstream)
         self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
         # Echo picks: the draw of step k is keyed by (seed, k), so a restore repeats them.
-        self._picks = Picks(self.seed, _rng.ADAPTIVE_PICKS)
+        self._picks = _rng.Picks(self.seed, _rng.ADAPTIVE_PICKS)
         self._feed: Feed[Any] | None = None
         self._resume: State | None = None  # upstream state after the last fresh item taken
         self._over = False  # this pass ended (exhausted, failed or closed)
