@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import check_positive_int
+from .._checks import check_positive_int, state_mapping
 from ..download import fetch
 from ..stage import Stage, State
 from ..tarshards import TarShards
@@ -123,7 +123,7 @@ class ShardStream(Stage[Sample]):
         return {"upstream": self.upstream._expand(token)}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
+        self.upstream.load_state_dict(state_mapping(state, "upstream", "ShardStream"))
 
     def _repr_args(self) -> dict[str, Any]:
         args = {k: v for k, v in self._config().items() if k != "url"}
