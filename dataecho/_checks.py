@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import reprlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -107,6 +108,32 @@ def check_size(size: object, name: str = "size") -> Any:
     return check_callable(size, name, f"{name}(item) -> examples in the item",
                           "pass a function such as len, or None for the default count "
                           "(1 per item, or the batch size after a Batch stage)")
+
+
+def check_count(value: object, item: object, name: str = "size") -> int:
+    """Returns what ``size(item)`` returned after checking it is a count of examples.
+
+    Called on every item a ``size=`` function measures: a negative or fractional count
+    would corrupt the fresh and emitted totals (-20 fresh examples) without an error.
+
+    Example:
+        >>> try:
+        ...     check_count(-2, [1, 2])
+        ... except ValueError as e:
+        ...     print(str(e)[:57])
+        size(item) must return a count of examples, an int >= 0,
+    """
+    try:
+        count = None if isinstance(value, bool | np.bool_) else operator.index(
+            value)  # type: ignore[arg-type]
+    except TypeError:
+        count = None
+    if count is None or count < 0:
+        raise (TypeError if count is None else ValueError)(
+            f"{name}(item) must return a count of examples, an int >= 0, but returned "
+            f"{reprlib.repr(value)} of type {type(value).__name__} for the item "
+            f"{reprlib.repr(item)}; fix {name}= (e.g. size=len, or lambda b: b.shape[0])")
+    return int(count)
 
 
 def check_seed(seed: object, name: str = "seed") -> int:

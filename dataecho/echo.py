@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _rng
 from ._checks import (
+    check_count,
     check_factor,
     check_positive_int,
     check_seed,
@@ -138,7 +139,7 @@ class Echo(Stage[T]):
 
     def _item_size(self, item: T) -> int:
         if self._size_fn is not None:
-            return int(self._size_fn(item))
+            return check_count(self._size_fn(item), item)
         if self._batcher is not None:
             return int(self._batcher.last_size)
         return 1

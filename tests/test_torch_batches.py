@@ -153,6 +153,28 @@ def test_bad_arguments_are_rejected():
         EchoBatches(loader(), 2).load_state_dict(3)
 
 
+@pytest.mark.parametrize("name", ["clone", "check_inplace"])
+def test_flags_accept_only_real_booleans(name):
+    # bool("False") is True: a string would silently turn the option on.
+    with pytest.raises(TypeError, match=rf"{name} must be True or False, got 'False' of type str"):
+        EchoBatches(loader(), 2, **{name: "False"})
+
+
+def test_a_size_function_returning_a_negative_count_is_refused():
+    echoed = EchoBatches(loader(), 2, size=lambda batch: -len(batch))
+    with pytest.raises(ValueError, match=r"size\(item\) must return a count of examples, an "
+                                         r"int >= 0, but returned -4 of type int"):
+        next(iter(echoed))
+
+
+@pytest.mark.parametrize("factor", [1e300, 2.0**70])
+def test_len_too_large_for_python_explains_the_factor(factor):
+    with pytest.raises(OverflowError, match=r"len\(\) of EchoBatches is .* batches "
+                                            r"\(factor=.* times 5 loader batches\), more "
+                                            r"than len\(\) can return"):
+        len(EchoBatches(loader(), factor))
+
+
 def test_error_raised_by_the_loader_reaches_the_caller():
     def batches():
         yield torch.zeros(2)
