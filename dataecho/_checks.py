@@ -120,7 +120,7 @@ def check_count(value: object, item: object, name: str = "size") -> int:
         >>> try:
         ...     check_count(-2, [1, 2])
         ... except ValueError as e:
-        ...     print(str(e)[:57])
+        ...     print(str(e)[:56])
         size(item) must return a count of examples, an int >= 0,
     """
     try:
