@@ -94,6 +94,28 @@ def test_clone_makes_in_place_steps_safe():
     assert seen[0] == seen[1] == [0.0, 1.0, 2.0, 3.0]
 
 
+WRITES_THAT_BYPASS_VERSIONS = {
+    "through .data": lambda batch: batch.data.mul_(0),
+    "through .numpy()": lambda batch: batch.numpy().__imul__(0),
+}
+
+
+@pytest.mark.parametrize("write", WRITES_THAT_BYPASS_VERSIONS.values(),
+                         ids=WRITES_THAT_BYPASS_VERSIONS.keys())
+def test_writes_that_bypass_version_counters_are_the_documented_limit_that_clone_lifts(write):
+    # The in-place check reads tensor versions, which these writes do not bump: without
+    # clone the next copy is silently changed (the documented limit), with it intact.
+    def copies(clone):
+        seen = []
+        for batch in EchoBatches(loader(n=4), 2, clone=clone):
+            seen.append(batch.tolist())
+            write(batch)
+        return seen
+
+    assert copies(clone=True) == [[0.0, 1.0, 2.0, 3.0]] * 2
+    assert copies(clone=False) == [[0.0, 1.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0]]
+
+
 def test_out_of_place_steps_pass_the_check():
     total = sum(float((b * 2).sum()) for b in EchoBatches(loader(), 2))
     assert total == 2 * 2 * sum(range(20))
