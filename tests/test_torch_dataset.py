@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from dataecho import Auto
@@ -465,3 +467,33 @@ def test_a_damaged_pipeline_state_inside_the_dataset_state_is_refused_on_iterati
     restored.load_state_dict(state)
     with pytest.raises(ValueError, match=r"state of Echo has left=-1, but it must be an int"):
         next(iter(DataLoader(restored, batch_size=4)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 13), batch_size=st.integers(1, 5),
+       factor=st.one_of(st.integers(1, 3), st.floats(1.0, 3.0)), buffer_size=st.integers(1, 6),
+       seed=st.integers(0, 99), calls_set_epoch=st.booleans())
+def test_restoring_at_every_batch_boundary_of_a_plain_dataloader_resumes_exactly(
+        n, batch_size, factor, buffer_size, seed, calls_set_epoch):
+    epochs = 2
+
+    def make():
+        ds = EchoDataset(Tokens(n), augment=jitter, factor=factor, buffer_size=buffer_size,
+                         seed=seed)
+        return ds, DataLoader(ds, batch_size=batch_size)
+
+    ds, loader = make()
+    rows, states = [], []  # states[k]: the JSON state after the k-th batch
+    for epoch in range(epochs):
+        if calls_set_epoch:
+            ds.set_epoch(epoch)
+        for batch in loader:
+            rows.append(batch[:, [0, 2]])
+            states.append(json.loads(json.dumps(ds.state_dict())))
+    for k, state in enumerate(states):
+        restored, loader2 = make()
+        restored.load_state_dict(state)
+        resumed, _ = _readme_loop(restored, loader2, range(state["epoch"], epochs),
+                                  calls_set_epoch)
+        assert same(resumed, rows[k + 1:]), (k, state["epoch"])
+        assert restored.stats() == ds.stats()
