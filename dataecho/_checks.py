@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import reprlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,32 @@ def check_size(size: object, name: str = "size") -> Any:
                           "(1 per item, or the batch size after a Batch stage)")
 
 
+def check_count(value: object, item: object, name: str = "size") -> int:
+    """Returns what ``size(item)`` returned after checking it is a count of examples.
+
+    Called on every item a ``size=`` function measures: a negative or fractional count
+    would corrupt the fresh and emitted totals (-20 fresh examples) without an error.
+
+    Example:
+        >>> try:
+        ...     check_count(-2, [1, 2])
+        ... except ValueError as e:
+        ...     print(str(e)[:56])
+        size(item) must return a count of examples, an int >= 0,
+    """
+    try:
+        count = None if isinstance(value, bool | np.bool_) else operator.index(
+            value)  # type: ignore[arg-type]
+    except TypeError:
+        count = None
+    if count is None or count < 0:
+        raise (TypeError if count is None else ValueError)(
+            f"{name}(item) must return a count of examples, an int >= 0, but returned "
+            f"{reprlib.repr(value)} of type {type(value).__name__} for the item "
+            f"{reprlib.repr(item)}; fix {name}= (e.g. size=len, or lambda b: b.shape[0])")
+    return int(count)
+
+
 def check_seed(seed: object, name: str = "seed") -> int:
     """Returns ``seed`` after checking it is an int in ``[0, 2**63)``."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
@@ -183,3 +210,96 @@ def check_reiterable(value: object, name: str, why: str, consequence: str) -> It
             "itself rather than iter(...) or a generator, or an object whose __iter__ "
             "returns a fresh generator")
     return value
+
+
+def state_value(state: Mapping[str, Any], key: str, owner: str) -> Any:
+    """Returns ``state[key]``, or raises ``ValueError`` naming ``owner`` when it is missing.
+
+    Example:
+        >>> try:
+        ...     state_value({"stage": "Echo"}, "left", "Echo")
+        ... except ValueError as e:
+        ...     print(str(e)[:44])
+        state of Echo lacks the key 'left' that Echo
+    """
+    if key not in state:
+        raise ValueError(
+            f"state of {owner} lacks the key {key!r} that {owner}.state_dict() writes (it "
+            f"has {', '.join(map(repr, state)) or 'none'}): the checkpoint is damaged or "
+            "was saved by another object; pass the dict saved from this one's checkpoint")
+    return state[key]
+
+
+def state_int(state: Mapping[str, Any], key: str, owner: str, *, minimum: int = 0,
+              maximum: int | None = None, rule: str = "") -> int:
+    """Returns ``state[key]`` after checking it is an int in ``[minimum, maximum]``.
+
+    The one check every stage's ``load_state_dict`` uses for its counters, so a damaged
+    checkpoint is refused with the stage, the key, the value and the rule, instead of
+    replaying items or yielding ``None`` ones. Integral floats (``3.0``, from a JSON
+    writer that turns ints into floats) are accepted; strings, bools and ``3.5`` are not.
+
+    Args:
+        state: the state dict being loaded.
+        key: the counter's key in it.
+        owner: the stage (or object) whose state it is, for the message.
+        minimum: the smallest valid value.
+        maximum: the largest valid value, or None for no bound.
+        rule: why the bounds are what they are, for the message.
+
+    Example:
+        >>> try:
+        ...     state_int({"index": -3}, "index", "Source", maximum=9)
+        ... except ValueError as e:
+        ...     print(str(e)[:51])
+        state of Source has index=-3, but it must be an int
+    """
+    value = state_value(state, key, owner)
+    bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+    why = f" ({rule})" if rule else ""
+    integral = (isinstance(value, numbers.Integral)
+                or (isinstance(value, float) and value.is_integer()))
+    if isinstance(value, bool | np.bool_) or not integral:
+        raise TypeError(
+            f"state of {owner} has {key}={reprlib.repr(value)} of type "
+            f"{type(value).__name__}, but it must be an int {bounds}{why}: the checkpoint "
+            "is damaged; pass the dict saved from this one's checkpoint")
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        raise ValueError(
+            f"state of {owner} has {key}={number}, but it must be an int {bounds}{why}: "
+            "the checkpoint is damaged or was taken from another pipeline; pass the dict "
+            "saved from this one's checkpoint")
+    return number
+
+
+def state_mapping(state: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:
+    """Returns ``state[key]`` after checking it is a dict (an upstream's state).
+
+    Example:
+        >>> state_mapping({"upstream": {}}, "upstream", "Echo")
+        {}
+    """
+    value = state_value(state, key, owner)
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"state of {owner} has {key}={reprlib.repr(value)} of type "
+            f"{type(value).__name__}, but it must be a dict (the upstream's state): the "
+            "checkpoint is damaged; pass the dict saved from this one's checkpoint")
+    return value
+
+
+def state_bool(state: Mapping[str, Any], key: str, owner: str) -> bool:
+    """Returns ``state[key]`` after checking it is a bool (a flag of a checkpoint).
+
+    Example:
+        >>> state_bool({"ended": True}, "ended", "Counted")
+        True
+    """
+    value = state_value(state, key, owner)
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"state of {owner} has {key}={reprlib.repr(value)} of type "
+            f"{type(value).__name__}, but it must be True or False: the checkpoint is "
+            "damaged; pass the dict saved from this one's checkpoint")
+    return bool(value)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from ._checks import check_bool, check_callable, check_positive_int
+from ._checks import check_bool, check_callable, check_positive_int, state_int, state_mapping
 from .iterable import as_stage
 from .stage import Stage, State, read_into
 
@@ -17,7 +17,10 @@ def collate(items: Sequence[Any]) -> Any:
     """Stacks a list of examples field by field into numpy arrays.
 
     Arrays and numbers are stacked; tuples, lists and dicts are collated per field;
-    anything else is returned as a list.
+    anything else is returned as a list. Ragged examples (lists or tuples of other
+    lengths, dicts with other keys, arrays of other shapes) raise ``ValueError``
+    naming the field and both shapes: nothing is truncated or padded here. Pass
+    ``Batch(..., collate=list)`` or a padding collate for variable-sized examples.
 
     Example:
         >>> import numpy as np
@@ -25,17 +28,59 @@ def collate(items: Sequence[Any]) -> Any:
         >>> x.shape, y.tolist()
         ((2, 2), [0, 1])
     """
+    return _collate(items, "example")
+
+
+def _collate(items: Sequence[Any], field: str) -> Any:
     first = items[0]
     if isinstance(first, np.ndarray):
-        return np.stack(items)
+        try:
+            return np.stack(items)
+        except ValueError:
+            _check_shapes(items, field)
+            raise
     if isinstance(first, numbers.Number | np.generic):
         return np.asarray(items)
     if isinstance(first, tuple | list):
-        fields = [collate([item[i] for item in items]) for i in range(len(first))]
+        kind = tuple if isinstance(first, tuple) else list
+        for i, item in enumerate(items):
+            if not isinstance(item, kind) or len(item) != len(first):
+                _ragged(field, i, f"a {kind.__name__} of length {len(first)}", item)
+        fields = [_collate([item[i] for item in items], f"{field}[{i}]")
+                  for i in range(len(first))]
         return tuple(fields) if isinstance(first, tuple) else fields
     if isinstance(first, Mapping):
-        return {k: collate([item[k] for item in items]) for k in first}
+        keys = set(first)
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping) or set(item) != keys:
+                _ragged(field, i, f"a dict with the keys {sorted(map(str, keys))}", item)
+        return {k: _collate([item[k] for item in items], f"{field}[{k!r}]") for k in first}
     return list(items)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape}"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of length {len(value)}"
+    if isinstance(value, Mapping):
+        return f"a dict with the keys {sorted(map(str, value))}"
+    return f"a {type(value).__name__}"
+
+
+def _ragged(field: str, index: int, expected: str, got: Any) -> NoReturn:
+    raise ValueError(
+        f"collate: {field} is ragged: the batch's example 0 has {expected} there but "
+        f"example {index} has {_describe(got)}; the default collate never truncates or "
+        "pads: make the examples the same shape, or pass Batch(..., collate=list) or a "
+        "padding collate function")
+
+
+def _check_shapes(items: Sequence[Any], field: str) -> None:
+    first = items[0]
+    for i, item in enumerate(items):
+        if not isinstance(item, np.ndarray) or item.shape != first.shape:
+            _ragged(field, i, f"an array of shape {first.shape}", item)
 
 
 class Batch(Stage[Any]):
@@ -117,12 +162,22 @@ class Batch(Stage[Any]):
                 "examples": token[1], "last_size": token[2], "dropped": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
-        self.batches, self.examples = int(state["batches"]), int(state["examples"])
-        self.last_size = int(state["last_size"])
+        upstream = state_mapping(state, "upstream", "Batch")
+        batches = state_int(state, "batches", "Batch", rule="batches emitted")
+        examples = state_int(state, "examples", "Batch", minimum=batches,
+                             maximum=batches * self.batch_size,
+                             rule=f"examples in {batches} batches of at most "
+                             f"batch_size={self.batch_size}")
+        last_size = state_int(state, "last_size", "Batch", maximum=self.batch_size,
+                              rule=f"examples in the latest batch, at most "
+                              f"batch_size={self.batch_size}")
         # Checkpoints from before the counter existed were taken with nothing dropped
         # unless the stream had ended.
-        self.dropped = int(state.get("dropped", 0))
+        dropped = state_int({"dropped": 0, **state}, "dropped", "Batch",
+                            rule="examples of partial batches dropped")
+        self.upstream.load_state_dict(upstream)
+        self.batches, self.examples, self.last_size, self.dropped = (
+            batches, examples, last_size, dropped)
         self._items = self._start = None
 
     def _repr_args(self) -> dict[str, Any]:

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_factor, check_positive_int, check_seed, check_size
+from ._checks import (
+    check_count,
+    check_factor,
+    check_positive_int,
+    check_seed,
+    check_size,
+    state_int,
+    state_mapping,
+)
 from .factor import fixed_factor
 from .iterable import as_stage
 from .sizes import batch_len, find_batcher, is_batched
@@ -131,7 +139,7 @@ class Echo(Stage[T]):
 
     def _item_size(self, item: T) -> int:
         if self._size_fn is not None:
-            return int(self._size_fn(item))
+            return check_count(self._size_fn(item), item)
         if self._batcher is not None:
             return int(self._batcher.last_size)
         return 1
@@ -169,10 +177,22 @@ class Echo(Stage[T]):
                 "planned": token[5], "planned_examples": token[6]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
-        self._owed, self._size = int(state["left"]), int(state["size"])
-        self._fresh, self._fresh_ex = int(state["fresh"]), int(state["fresh_examples"])
-        self._planned, self._planned_ex = int(state["planned"]), int(state["planned_examples"])
+        name = type(self).__name__
+        upstream = state_mapping(state, "upstream", name)
+        owed = state_int(state, "left", name, maximum=math.ceil(self.factor) - 1,
+                         rule=f"copies still owed of one item, at most ceil(factor) - 1 "
+                         f"with factor={self.factor}")
+        size = state_int(state, "size", name, rule="examples in the item being echoed")
+        fresh = state_int(state, "fresh", name)
+        planned = state_int(state, "planned", name, minimum=fresh,
+                            rule="copies planned, at least one per fresh item")
+        fresh_ex = state_int(state, "fresh_examples", name)
+        planned_ex = state_int(state, "planned_examples", name, minimum=fresh_ex,
+                               rule="examples planned, at least the fresh ones")
+        self.upstream.load_state_dict(upstream)
+        self._owed, self._size = owed, size
+        self._fresh, self._fresh_ex, self._planned, self._planned_ex = (
+            fresh, fresh_ex, planned, planned_ex)
         # The item being echoed is re-read by the next next(), not here: restoring reads
         # no data, and an upstream error there leaves this stage consistent.
         self._left, self._item = 0, None

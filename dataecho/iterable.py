@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any, TypeVar
 
-from ._checks import check_iterable
+from ._checks import check_iterable, state_int, state_mapping, state_value
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -70,7 +70,8 @@ class IterableSource(_Reader[T]):
         return {"consumed": token}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        consumed = int(state["consumed"])
+        consumed = state_int(state, "consumed", type(self).__name__,
+                             rule="items of the iterable read so far")
         it = iter(self.iterable)
         if it is self.iterable and self._opened:
             raise ValueError(
@@ -108,8 +109,9 @@ class StatefulSource(_Reader[T]):
         return {"upstream": self.iterable.state_dict(), "read": self.items_read}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.iterable.load_state_dict(state["upstream"])
-        self._it, self.items_read, self._closed = None, int(state["read"]), False
+        read = state_int(state, "read", type(self).__name__, rule="items read so far")
+        self.iterable.load_state_dict(state_value(state, "upstream", type(self).__name__))
+        self._it, self.items_read, self._closed = None, read, False
 
 
 class NodeSource(Stage[T]):
@@ -160,8 +162,9 @@ class NodeSource(Stage[T]):
         return {"node": self.node.state_dict(), "read": self.items_read}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.node.reset(state["node"])
-        self.items_read = int(state["read"])
+        read = state_int(state, "read", "NodeSource", rule="items read so far")
+        self.node.reset(state_mapping(state, "node", "NodeSource"))
+        self.items_read = read
 
     def __repr__(self) -> str:
         return f"<{type(self.node).__name__}>"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, state_int
 from .stage import Stage, State
 from .stats import EchoStats
 
@@ -155,7 +155,7 @@ class Epochs:
                 f"{name} lacks the keys {', '.join(missing)} that {owner}.state_dict() "
                 f"writes (it has {', '.join(map(str, state)) or 'none'}): it was saved by another "
                 "object; pass the dict saved from this one's checkpoint")
-        epoch = check_positive_int(state["epoch"], f"{owner} state 'epoch'", minimum=0)
+        epoch = state_int(state, "epoch", owner, rule="the epoch to resume")
         done = _stats_of(state["done"], owner, "done")
         counts = _stats_of(state["counts"], owner, "counts")
         stage = state["stage"]
@@ -188,5 +188,5 @@ def _stats_of(value: object, owner: str, key: str) -> EchoStats:
         if name == "batches" and v is None:
             counts[name] = None
             continue
-        counts[name] = check_positive_int(v, f"{owner} state {key}.{name}", minimum=0)
+        counts[name] = state_int(value, name, f"{owner} ({key})")
     return EchoStats(**counts)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from . import _rng
-from ._checks import check_bool, check_callable, check_seed
+from ._checks import check_bool, check_callable, check_seed, state_int, state_mapping
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -73,8 +73,10 @@ class Map(Stage[U]):
         return {"upstream": self.upstream._expand(token[1]), "position": token[0]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
-        self._position = int(state["position"])
+        upstream = state_mapping(state, "upstream", "Map")
+        position = state_int(state, "position", "Map", rule="items transformed so far")
+        self.upstream.load_state_dict(upstream)
+        self._position = position
 
     def _repr_args(self) -> dict[str, Any]:
         fn = _Bare(self._cfg["fn"])

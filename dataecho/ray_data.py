@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed
 from ._rng import derive_seed
 from .echo import copies_at
 from .factor import fixed_factor
@@ -190,7 +190,7 @@ class CountCopies(Stage[Any]):
     def __init__(self, upstream: Iterable[Mapping[str, Any]], *,
                  copy_column: str = COPY_COLUMN, drop: bool = True) -> None:
         self.upstream = as_stage(upstream)
-        self.copy_column, self.drop = str(copy_column), bool(drop)
+        self.copy_column, self.drop = str(copy_column), check_bool(drop, "drop")
         self._fresh = self._emitted = self._batches = 0
         self.last_size = 0  # rows in the latest batch: a later Echo counts rows with it
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, state_int, state_mapping
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -68,5 +68,7 @@ class Shard(Stage[T]):
         return {"upstream": self.upstream._expand(token[0]), "read": token[1]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
-        self._read = check_positive_int(state["read"], "Shard state 'read'", minimum=0)
+        upstream = state_mapping(state, "upstream", "Shard")
+        read = state_int(state, "read", "Shard", rule="upstream items read, kept or skipped")
+        self.upstream.load_state_dict(upstream)
+        self._read = read

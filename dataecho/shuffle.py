@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from . import _rng
-from ._checks import check_positive_int, check_seed
+from ._checks import check_positive_int, check_seed, state_int, state_mapping
 from .iterable import as_stage
 from .stage import Stage, State, read_into
 
@@ -93,9 +93,14 @@ class Shuffle(Stage[T]):
                 "skip": token[2]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
-        self._buf, self._pos, self._window = [], 0, int(state["window"])
-        self._items, self._skip = None, int(state["skip"])
+        upstream = state_mapping(state, "upstream", "Shuffle")
+        window = state_int(state, "window", "Shuffle", rule="windows read so far")
+        skip = state_int(state, "skip", "Shuffle", maximum=self.buffer_size - 1,
+                         rule=f"items of the window already emitted, fewer than "
+                         f"buffer_size={self.buffer_size}")
+        self.upstream.load_state_dict(upstream)
+        self._buf, self._pos, self._window = [], 0, window
+        self._items, self._skip = None, skip
         if self._skip:
             # Re-reads the window from its start state and skips what was emitted; if the
             # upstream raises meanwhile, the next call finishes the read and the skip.

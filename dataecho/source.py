@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed, state_int
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -157,7 +157,12 @@ class Source(Stage[T]):
         return {"epoch": token[0], "index": token[1]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        epoch, index = int(state["epoch"]), int(state["index"])
+        last = None if self.num_epochs is None else self.first_epoch + self.num_epochs - 1
+        epoch = state_int(state, "epoch", "Source", minimum=self.first_epoch, maximum=last,
+                          rule="the epochs this source reads")
+        index = state_int(state, "index", "Source", maximum=len(self._order),
+                          rule=f"a position in this shard's {len(self._order)} examples "
+                          "per epoch")
         if epoch != self._epoch:
             self._order = self._order_for(epoch)
         self._epoch, self._index = epoch, index

@@ -13,7 +13,7 @@ from typing import IO, Any
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed, state_int
 from .download import Downloads, fetch
 from .stage import Stage, State
 from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
@@ -246,9 +246,17 @@ class TarShards(Stage[Sample]):
         return {"epoch": token[0], "position": token[1], "offset": token[2], "read": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
+        last = None if self.num_epochs is None else self.first_epoch + self.num_epochs
+        epoch = state_int(state, "epoch", "TarShards", minimum=self.first_epoch, maximum=last,
+                          rule="the epochs this reader reads, or the one after the last "
+                          "when it ended")
+        shards = len(self.order(epoch))
+        position = state_int(state, "position", "TarShards", maximum=shards - 1,
+                             rule=f"a position in this reader's {shards} shards per epoch")
+        offset = state_int(state, "offset", "TarShards", rule="samples read of the shard")
+        read = state_int(state, "read", "TarShards", rule="samples read so far")
         self.close()
-        self._epoch, self._pos = int(state["epoch"]), int(state["position"])
-        self._offset, self.items_read = int(state["offset"]), int(state["read"])
+        self._epoch, self._pos, self._offset, self.items_read = epoch, position, offset, read
 
     def _repr_args(self) -> dict[str, Any]:
         args = {k: v for k, v in self._params.items() if k not in ("num_urls", "names_sha256")}

@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from . import _rng
-from ._checks import check_positive_int, check_seed, check_size
+from ._checks import check_bool, check_positive_int, check_seed, check_size
 from .factor import fixed_factor
 from .stats import EchoStats
 
@@ -118,12 +118,8 @@ class Echo(tf.Module):  # type: ignore[misc]  # tensorflow ships no type informa
         self.size = check_size(size)
         self.buffer_size = (None if buffer_size is None
                             else check_positive_int(buffer_size, "buffer_size"))
-        if not isinstance(reshuffle_each_iteration, bool):
-            raise TypeError(
-                f"reshuffle_each_iteration must be True or False, got "
-                f"{reshuffle_each_iteration!r}; pass reshuffle_each_iteration=False for "
-                "the same shuffled order every iteration")
-        self.reshuffle_each_iteration = reshuffle_each_iteration
+        self.reshuffle_each_iteration = check_bool(reshuffle_each_iteration,
+                                                   "reshuffle_each_iteration")
         self._base = math.floor(self.factor)
         self._frac = self.factor - self._base
         #: (fresh_examples, emitted_examples, fresh_items, emitted_items) after the

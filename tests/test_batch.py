@@ -23,6 +23,27 @@ def test_collate_handles_dicts_lists_and_other_objects():
     assert collate(["x", "y"]) == ["x", "y"]
 
 
+@pytest.mark.parametrize("items, field, shapes", [
+    ([[1, 2], [3, 4, 5]], "example", ("length 2", "length 3")),
+    ([(1, 2, 3), (4, 5)], "example", ("length 3", "length 2")),
+    ([{"a": 1}, {"a": 2, "b": 3}], "example", ("['a']", "['a', 'b']")),
+    ([{"a": 1, "b": 2}, {"a": 3}], "example", ("['a', 'b']", "['a']")),
+    ([(np.zeros(2), 0), (np.zeros(3), 1)], "example[0]", ("(2,)", "(3,)")),
+    ([{"x": [1, 2]}, {"x": [1]}], "example['x']", ("length 2", "length 1")),
+])
+def test_collate_refuses_ragged_examples_naming_the_field_and_both_shapes(items, field, shapes):
+    with pytest.raises(ValueError, match="ragged") as error:
+        collate(items)
+    message = str(error.value)
+    assert f"{field} is ragged" in message and all(s in message for s in shapes)
+    assert "collate=list" in message and "padding" in message
+
+
+def test_a_ragged_batch_is_an_error_not_a_truncated_batch():
+    with pytest.raises(ValueError, match=r"example 1 has a list of length 3"):
+        next(Batch([[1, 2], [3, 4, 5]], 2))
+
+
 def test_custom_collate_is_used():
     assert list(Batch(range(4), 2, collate=list)) == [[0, 1], [2, 3]]
 

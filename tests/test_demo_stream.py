@@ -107,3 +107,45 @@ def test_the_remote_shards_example_resumes_without_losing_an_image_and_leaves_no
     runpy.run_path(str(example), run_name="__main__")
     assert "fresh images: 2000 of 2000" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []  # the shard folder is removed, every run
+
+
+def _damage_one_image(root, victim):
+    """Replaces the PNG bytes of sample ``victim`` by garbage, index digests updated."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    index_path = Path(root) / "train-index.json"
+    index = json.loads(index_path.read_text())
+    for entry in index["shards"]:
+        path = Path(root) / entry["name"]
+        with tarfile.open(path) as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+        if f"{victim:08d}.png" not in [m.name for m, _ in members]:
+            continue
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for member, data in members:
+                if member.name == f"{victim:08d}.png":
+                    data = b"\x89PNG\r\n\x1a\n" + b"not an image" * 4
+                    member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        path.write_bytes(buffer.getvalue())
+        entry["bytes"] = len(buffer.getvalue())
+        entry["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+        index_path.write_text(json.dumps(index))
+        return entry["name"]
+    raise AssertionError(f"no sample {victim}")
+
+
+def test_a_corrupt_image_names_the_shard_and_the_sample(tmp_path):
+    images = (np.arange(N * 16) % 251).astype(np.uint8).reshape(N, 4, 4)
+    write_shards(images, np.arange(N) % 10, tmp_path, shard_size=SHARD)
+    shard = _damage_one_image(tmp_path, victim=9)
+    with ShardServer(tmp_path) as server, ShardStream(server.url, num_epochs=1) as stream:
+        message = (rf"the image of sample '00000009' in shard '{server.url}/{shard}' cannot "
+                   r"be decoded: decode_image: data must be a PNG or JPEG")
+        with pytest.raises(ValueError, match=message) as e:
+            list(stream)
+    assert "write it again with write_shards" in str(e.value)

@@ -145,6 +145,26 @@ def test_size_that_is_not_callable_is_rejected_at_construction():
         Echo([1], 2, size="len")
 
 
+@pytest.mark.parametrize("returned, error, words", [
+    (-20, ValueError, "returned -20 of type int"),
+    (2.5, TypeError, "returned 2.5 of type float"),
+    ("3", TypeError, "returned '3' of type str"),
+    (True, TypeError, "returned True of type bool"),
+])
+def test_a_size_function_returning_no_count_of_examples_is_refused(returned, error, words):
+    # Before, -20 made the stats count -20 fresh examples per item, silently.
+    stage = Echo([[1, 2]], 2, size=lambda item: returned)
+    with pytest.raises(error, match=r"size\(item\) must return a count of examples, an int "
+                                    r">= 0") as raised:
+        next(stage)
+    assert words in str(raised.value) and "for the item [1, 2]" in str(raised.value)
+
+
+def test_a_size_function_may_return_numpy_integers():
+    stage = Echo([np.zeros((3, 2))], 2, size=lambda b: np.int64(b.shape[0]))
+    assert len(list(stage)) == 2 and stage.stats().fresh_examples == 3
+
+
 @pytest.mark.parametrize("seed, error, message", [
     (-1, ValueError, r"seed must be an int in \[0, 2\*\*63\), got -1; pass e.g. seed=0"),
     ("x", TypeError, r"seed must be an int in \[0, 2\*\*63\), got 'x' of type str"),

@@ -58,3 +58,40 @@ def test_shards_partition_each_epoch(n, shards, seed):
     for k in range(shards):
         seen.update(Source(range(n), seed=seed, shard_index=k, num_shards=shards))
     assert seen == {i: 1 for i in range(n)}
+
+
+def _augment(x, rng):
+    return [x, int(rng.integers(1000))]
+
+
+STAGES = {  # a random stage on top of `up`, from one drawn parameter
+    "echo": lambda up, p, seed: dataecho.Echo(up, p, seed=seed),
+    "map": lambda up, p, seed: dataecho.Map(up, _augment, seed=seed),
+    "shuffle": lambda up, p, seed: dataecho.Shuffle(up, int(p * 3), seed=seed),
+    # collate=list: a Batch of batches would otherwise meet a ragged partial batch
+    "batch": lambda up, p, seed: dataecho.Batch(up, int(p * 2), collate=list,
+                                                drop_last=p > 3.5),
+}
+chains = st.lists(st.tuples(st.sampled_from(sorted(STAGES)), factors, st.integers(0, 99)),
+                  max_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 30), epochs=st.integers(1, 3), chain=chains, seed=st.integers(0, 99),
+       cuts=st.lists(st.floats(0, 1), min_size=1, max_size=3))
+def test_random_chains_restore_exactly_from_json_states_at_random_points(
+        n, epochs, chain, seed, cuts):
+    def make():
+        stage = dataecho.Source(range(n), seed=seed, num_epochs=epochs)
+        for kind, param, stage_seed in chain:
+            stage = STAGES[kind](stage, param, stage_seed)
+        return stage
+
+    whole = make()
+    outputs, states = run(whole)
+    for cut in cuts:
+        k = int(cut * (len(states) - 1))
+        restored = make()
+        restored.load_state_dict(json.loads(json.dumps(states[k])))
+        assert same(list(restored), outputs[k:])
+        assert restored.stats() == whole.stats()

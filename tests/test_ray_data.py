@@ -214,3 +214,8 @@ def test_echo_rows_tells_ray_it_changes_the_row_count():
                                             "udf_modifying_row_count": True}
     assert echo_rows(Dataset(), 2, udf_modifying_row_count=False,
                      num_cpus=1).seen["udf_modifying_row_count"] is False
+
+
+def test_count_copies_drop_accepts_only_a_real_boolean():
+    with pytest.raises(TypeError, match=r"drop must be True or False, got 'no' of type str"):
+        CountCopies([{"echo_copy": np.array([0])}], drop="no")

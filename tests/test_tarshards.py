@@ -330,3 +330,20 @@ def test_decode_with_map_and_repr_shows_the_parameters(local):
     labels = Map(TarShards(local, shuffle=False), lambda s: int(s["cls"]))
     assert list(labels) == [i % 10 for i in range(N)]
     assert repr(TarShards(local)).startswith(f"TarShards(<5 urls: {local[0]!r}, ...>")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("epoch", 2, "TarShards has epoch=2, but it must be an int in [0, 1]"),
+    ("position", 5, "TarShards has position=5, but it must be an int in [0, 4]"),
+    ("offset", -1, "TarShards has offset=-1"),
+    ("read", "9", "TarShards has read='9' of type str"),
+])
+def test_load_state_dict_refuses_damaged_positions_naming_the_key_and_the_rule(
+        local, key, value, words):
+    stage = TarShards(local, seed=1, num_epochs=1)
+    next(stage)
+    state = {**stage.state_dict(), key: value}
+    with pytest.raises((ValueError, TypeError), match="checkpoint") as error:
+        TarShards(local, seed=1, num_epochs=1).load_state_dict(state)
+    stage.close()
+    assert f"state of {words}" in str(error.value)

@@ -94,6 +94,28 @@ def test_clone_makes_in_place_steps_safe():
     assert seen[0] == seen[1] == [0.0, 1.0, 2.0, 3.0]
 
 
+WRITES_THAT_BYPASS_VERSIONS = {
+    "through .data": lambda batch: batch.data.mul_(0),
+    "through .numpy()": lambda batch: batch.numpy().__imul__(0),
+}
+
+
+@pytest.mark.parametrize("write", WRITES_THAT_BYPASS_VERSIONS.values(),
+                         ids=WRITES_THAT_BYPASS_VERSIONS.keys())
+def test_writes_that_bypass_version_counters_are_the_documented_limit_that_clone_lifts(write):
+    # The in-place check reads tensor versions, which these writes do not bump: without
+    # clone the next copy is silently changed (the documented limit), with it intact.
+    def copies(clone):
+        seen = []
+        for batch in EchoBatches(loader(n=4), 2, clone=clone):
+            seen.append(batch.tolist())
+            write(batch)
+        return seen
+
+    assert copies(clone=True) == [[0.0, 1.0, 2.0, 3.0]] * 2
+    assert copies(clone=False) == [[0.0, 1.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0]]
+
+
 def test_out_of_place_steps_pass_the_check():
     total = sum(float((b * 2).sum()) for b in EchoBatches(loader(), 2))
     assert total == 2 * 2 * sum(range(20))
@@ -151,6 +173,28 @@ def test_bad_arguments_are_rejected():
         EchoBatches(loader(), 0.9)
     with pytest.raises(TypeError, match=r"state must be a dict returned by EchoBatches"):
         EchoBatches(loader(), 2).load_state_dict(3)
+
+
+@pytest.mark.parametrize("name", ["clone", "check_inplace"])
+def test_flags_accept_only_real_booleans(name):
+    # bool("False") is True: a string would silently turn the option on.
+    with pytest.raises(TypeError, match=rf"{name} must be True or False, got 'False' of type str"):
+        EchoBatches(loader(), 2, **{name: "False"})
+
+
+def test_a_size_function_returning_a_negative_count_is_refused():
+    echoed = EchoBatches(loader(), 2, size=lambda batch: -len(batch))
+    with pytest.raises(ValueError, match=r"size\(item\) must return a count of examples, an "
+                                         r"int >= 0, but returned -4 of type int"):
+        next(iter(echoed))
+
+
+@pytest.mark.parametrize("factor", [1e300, 2.0**70])
+def test_len_too_large_for_python_explains_the_factor(factor):
+    with pytest.raises(OverflowError, match=r"len\(\) of EchoBatches is .* batches "
+                                            r"\(factor=.* times 5 loader batches\), more "
+                                            r"than len\(\) can return"):
+        len(EchoBatches(loader(), factor))
 
 
 def test_error_raised_by_the_loader_reaches_the_caller():

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from dataecho import Auto
@@ -435,3 +437,66 @@ def test_dataset_and_augment_errors_name_those_parameters():
         EchoDataset(Tokens(3), augment="flip")
     with pytest.raises(TypeError, match=r"^dataset must be a map-style data set .*got object"):
         EchoDataset(object())
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("epoch", -1, "EchoDataset has epoch=-1, but it must be an int >= 0"),
+    ("epoch", "0", "EchoDataset has epoch='0' of type str"),
+    ("totals", [5], "EchoDataset has totals=[5], but it must be a list"),
+    ("totals", [-2, 4], "EchoDataset has totals[0]=-2"),
+    ("totals", [2, 4.5], "EchoDataset has totals[1]=4.5 of type float"),
+    ("pipeline", "half", "EchoDataset has pipeline='half'"),
+])
+def test_load_state_dict_refuses_damaged_values_naming_the_key_and_the_rule(key, value, words):
+    ds = EchoDataset(Tokens(12), factor=2, buffer_size=4)
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    state = {**json.loads(json.dumps(ds.state_dict())), key: value}
+    with pytest.raises((ValueError, TypeError), match="checkpoint") as error:
+        EchoDataset(Tokens(12), factor=2, buffer_size=4).load_state_dict(state)
+    assert f"state of {words}" in str(error.value)
+
+
+def test_a_damaged_pipeline_state_inside_the_dataset_state_is_refused_on_iteration():
+    ds = EchoDataset(Tokens(12), factor=2, buffer_size=4)
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    state = json.loads(json.dumps(ds.state_dict()))
+    echo = state["pipeline"]
+    while echo["stage"] != "Echo":
+        echo = echo["upstream"]
+    echo["left"] = -1
+    restored = EchoDataset(Tokens(12), factor=2, buffer_size=4)
+    restored.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"state of Echo has left=-1, but it must be an int"):
+        next(iter(DataLoader(restored, batch_size=4)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 13), batch_size=st.integers(1, 5),
+       factor=st.one_of(st.integers(1, 3), st.floats(1.0, 3.0)), buffer_size=st.integers(1, 6),
+       seed=st.integers(0, 99), calls_set_epoch=st.booleans())
+def test_restoring_at_every_batch_boundary_of_a_plain_dataloader_resumes_exactly(
+        n, batch_size, factor, buffer_size, seed, calls_set_epoch):
+    epochs = 2
+
+    def make():
+        ds = EchoDataset(Tokens(n), augment=jitter, factor=factor, buffer_size=buffer_size,
+                         seed=seed)
+        return ds, DataLoader(ds, batch_size=batch_size)
+
+    ds, loader = make()
+    rows, states = [], []  # states[k]: the JSON state after the k-th batch
+    for epoch in range(epochs):
+        if calls_set_epoch:
+            ds.set_epoch(epoch)
+        for batch in loader:
+            rows.append(batch[:, [0, 2]])
+            states.append(json.loads(json.dumps(ds.state_dict())))
+    for k, state in enumerate(states):
+        restored, loader2 = make()
+        restored.load_state_dict(state)
+        resumed, _ = _readme_loop(restored, loader2, range(state["epoch"], epochs),
+                                  calls_set_epoch)
+        assert same(resumed, rows[k + 1:]), (k, state["epoch"])
+        assert restored.stats() == ds.stats()

@@ -80,3 +80,17 @@ def test_too_many_workers_is_reported_as_num_workers(monkeypatch):
     with pytest.raises(ValueError, match=r"num_workers must be <= 256 for EchoDataset .*got "
                                          r"300; pass DataLoader\(\.\.\., num_workers=256\)"):
         module.worker_slot()
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"ended": "no"}, "Counted has ended='no' of type str"),
+    ({"ended": True, "epoch": -4}, "Counted has epoch=-4"),
+    ({"upstream": None}, "Counted has upstream=None of type NoneType"),
+])
+def test_a_worker_state_with_damaged_values_is_refused(changes, words):
+    from dataecho import Source
+
+    counted = module.Counted(Source(range(4)), [0] * 4, 0, 0, lambda epoch: None)
+    with pytest.raises((ValueError, TypeError), match="checkpoint") as error:
+        counted.load_state_dict({**counted.state_dict(), **changes})
+    assert f"state of {words}" in str(error.value)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_positive_int
+from .._checks import check_bool, check_positive_int
 from .._rng import derive_seed
 from ..batch import Batch
 from ..batch import collate as default_collate
@@ -107,7 +107,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         self.random = augment is not None and takes_rng(augment)
         # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
         self._stream = _rng.Stream(self.seed, _rng.ADAPTIVE_COPIES)
-        self.drop_last = bool(drop_last)
+        self.drop_last = check_bool(drop_last, "drop_last")
         self.collate: Callable[[list[Any]], Any] = collate or default_collate
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._checks import check_positive_int, check_timeout
+from .._checks import check_count, check_positive_int, check_timeout
 
 if TYPE_CHECKING:
     from ..stage import Stage, State
@@ -227,5 +227,5 @@ def reader(upstream: Stage[Any], size: Callable[[Any], int]
     """
     def produce() -> tuple[Any, State, int]:
         item = next(upstream)
-        return item, upstream.state_dict(), int(size(item))
+        return item, upstream.state_dict(), check_count(size(item), item)
     return produce

@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._checks import check_positive_int
+from .._checks import check_positive_int, state_mapping
 from ..download import fetch
 from ..stage import Stage, State
+from ..tarformat import ShardError
 from ..tarshards import TarShards
 from .remote import decode_image, image_and_label, read_index
 
@@ -107,9 +108,17 @@ class ShardStream(Stage[Sample]):
         return self.upstream.bytes_read
 
     def __next__(self) -> Sample:
-        key, data, label = image_and_label(next(self.upstream))
+        sample = next(self.upstream)
+        key, data, label = image_and_label(sample)
         uid = self.upstream.epoch * self.num_samples + int(key.rsplit("/", 1)[-1])
-        return Sample(decode_image(data), label, uid)
+        try:
+            image = decode_image(data)
+        except ValueError as error:
+            raise ShardError(
+                f"ShardStream: the image of sample {key!r} in shard {sample['__url__']!r} "
+                f"cannot be decoded: {error}; the shard is damaged: write it again with "
+                "write_shards") from error
+        return Sample(image, label, uid)
 
     def _config(self) -> dict[str, Any]:
         return {"url": self.url, "prefix": self.prefix, "seed": self.seed,
@@ -123,7 +132,7 @@ class ShardStream(Stage[Sample]):
         return {"upstream": self.upstream._expand(token)}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        self.upstream.load_state_dict(state["upstream"])
+        self.upstream.load_state_dict(state_mapping(state, "upstream", "ShardStream"))
 
     def _repr_args(self) -> dict[str, Any]:
         args = {k: v for k, v in self._config().items() if k != "url"}

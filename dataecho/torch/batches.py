@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .._checks import check_reiterable, check_seed, check_size
+from .._checks import check_bool, check_reiterable, check_seed, check_size
 from .._rng import derive_seed
 from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
 from ..echo import Echo, total_copies
@@ -78,7 +79,8 @@ class EchoBatches:
                                        "later epochs would be empty")
         self.factor = as_factor(factor)  # type: ignore[arg-type]
         self.seed = check_seed(seed)
-        self.clone, self.check_inplace = bool(clone), bool(check_inplace)
+        self.clone = check_bool(clone, "clone")
+        self.check_inplace = check_bool(check_inplace, "check_inplace")
         self.size = check_size(size) or batch_size_of
         self._loop = Epochs(self._make_echo)
 
@@ -108,7 +110,14 @@ class EchoBatches:
                 "echoed steps depends on how fast the loader turns out to be; give LR "
                 "schedules a step budget instead, or pass a fixed factor")
         n = len(self.loader)  # type: ignore[arg-type]
-        return total_copies(self.factor, derive_seed(self.seed, self.epoch), n)
+        total = total_copies(self.factor, derive_seed(self.seed, self.epoch), n)
+        if total > sys.maxsize:  # len() itself would raise a bare OverflowError
+            raise OverflowError(
+                f"len() of EchoBatches is {total:.3g} batches (factor={self.factor!r} times "
+                f"{n} loader batches), more than len() can return (2**63 - 1); pass a "
+                "factor a training run can use (the paper's are below 10), or give LR "
+                "schedules a step budget")
+        return total
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch for this wrapper and passes it on to the loader.

@@ -8,7 +8,15 @@ from typing import Any, Literal
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .._checks import check_augment, check_bool, check_positive_int, check_seed
+from .._checks import (
+    check_augment,
+    check_bool,
+    check_positive_int,
+    check_seed,
+    state_int,
+    state_mapping,
+    state_value,
+)
 from ..factor import Auto, as_factor
 from ..iterable import as_stage
 from ..map import Map, fn_name
@@ -279,10 +287,26 @@ class EchoDataset(IterableDataset[Any]):
                 f"state lacks the key 'epoch' that EchoDataset.state_dict() writes (it has "
                 f"{', '.join(map(str, state)) or 'none'}): it was saved by another object; "
                 "pass the dict saved from this dataset's checkpoint")
-        epoch, self._pipe = int(state["epoch"]), None
+        epoch = state_int(state, "epoch", "EchoDataset", rule="the epoch to resume")
         position = state.get("pipeline")
         if isinstance(position, Mapping) and position.get("stage") == "Counted":
-            position = _ENDED if position.get("ended") else position["upstream"]
+            position = _ENDED if position.get("ended") else state_mapping(
+                position, "upstream", "Counted")
+        if not (position is None or position == _ENDED or isinstance(position, Mapping)):
+            raise ValueError(
+                f"state of EchoDataset has pipeline={position!r}, but it must be None (the "
+                f"epoch's start), {_ENDED!r} (after its end) or a pipeline's state dict: the "
+                "checkpoint is damaged; pass the dict saved from this dataset's checkpoint")
+        totals = state_value({"totals": (0, 0), **state}, "totals", "EchoDataset")
+        if not isinstance(totals, Sequence) or isinstance(totals, str) or len(totals) != 2:
+            raise ValueError(
+                f"state of EchoDataset has totals={totals!r}, but it must be a list "
+                "[fresh_examples, emitted_examples]: the checkpoint is damaged; pass the "
+                "dict saved from this dataset's checkpoint")
+        named = {"totals[0]": totals[0], "totals[1]": totals[1]}
+        fresh = state_int(named, "totals[0]", "EchoDataset", rule="fresh examples")
+        emitted = state_int(named, "totals[1]", "EchoDataset", rule="emitted examples")
+        self._pipe = None
         if get_worker_info() is not None:
             # A StatefulDataLoader restoring this worker: its next iteration is the
             # checkpointed one, whatever the other workers claim.
@@ -292,7 +316,7 @@ class EchoDataset(IterableDataset[Any]):
             self._epochs.set(epoch)
             # The main process carries the totals; workers count from the restore on.
             self._counts[:] = [0] * (2 * SLOTS)
-            self._counts[0], self._counts[1] = (int(v) for v in state.get("totals", (0, 0)))
+            self._counts[0], self._counts[1] = fresh, emitted
 
     def stats(self) -> EchoStats:
         """Fresh and emitted examples over all workers of this process, all epochs.

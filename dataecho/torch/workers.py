@@ -14,6 +14,7 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
+from .._checks import state_bool, state_int, state_mapping
 from ..stage import Stage, State
 from ..stats import chain
 
@@ -179,12 +180,16 @@ class Counted(Stage[Any]):
                 "upstream": self.upstream.state_dict()}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        if state.get("ended", False):
-            if not self.ended and int(state.get("epoch", self.epoch)) != self.epoch:
+        # Defaults for checkpoints written before the keys existed.
+        state = {"ended": False, "epoch": self.epoch, **state}
+        ended = state_bool(state, "ended", "Counted")
+        epoch = state_int(state, "epoch", "Counted", rule="the epoch the worker read")
+        if ended:
+            if not self.ended and epoch != self.epoch:
                 self._rewind(self.epoch)
             self.ended = True
             return
-        self.upstream.load_state_dict(state["upstream"])
+        self.upstream.load_state_dict(state_mapping(state, "upstream", "Counted"))
         self._rebase()
 
     def __repr__(self) -> str:
