@@ -303,3 +303,19 @@ def state_bool(state: Mapping[str, Any], key: str, owner: str) -> bool:
             f"{type(value).__name__}, but it must be True or False: the checkpoint is "
             "damaged; pass the dict saved from this one's checkpoint")
     return bool(value)
+
+
+def check_shard(shard_index: object, num_shards: object) -> tuple[int, int]:
+    """Returns ``(shard_index, num_shards)`` after checking ``0 <= shard_index < num_shards``.
+
+    Example:
+        >>> check_shard(1, 4)
+        (1, 4)
+    """
+    count = check_positive_int(num_shards, "num_shards")
+    index = check_positive_int(shard_index, "shard_index", minimum=0)
+    if index >= count:
+        raise ValueError(
+            f"shard_index must be in [0, num_shards={count}), got {index}; pass "
+            "rank * num_workers + worker_id")
+    return index, count

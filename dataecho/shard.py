@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from ._checks import check_positive_int, state_int, state_mapping
+from ._checks import check_shard, state_int, state_mapping
 from .iterable import as_stage
 from .stage import Stage, State
 
@@ -34,12 +34,7 @@ class Shard(Stage[T]):
     upstream: Stage[Any]
 
     def __init__(self, upstream: Iterable[T], shard_index: int, num_shards: int) -> None:
-        self.num_shards = check_positive_int(num_shards, "num_shards")
-        self.shard_index = check_positive_int(shard_index, "shard_index", minimum=0)
-        if self.shard_index >= self.num_shards:
-            raise ValueError(
-                f"shard_index must be in [0, num_shards={self.num_shards}), got "
-                f"{self.shard_index}; pass rank * num_workers + worker_id")
+        self.shard_index, self.num_shards = check_shard(shard_index, num_shards)
         self.upstream = as_stage(upstream)
         self._read = 0  # upstream items read, kept or skipped
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed, state_int
+from ._checks import check_bool, check_positive_int, check_seed, check_shard, state_int
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -70,13 +70,7 @@ class Source(Stage[T]):
         self.num_epochs = None if num_epochs is None else check_positive_int(
             num_epochs, "num_epochs")
         self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
-        self.num_shards = check_positive_int(num_shards, "num_shards")
-        self.shard_index = check_positive_int(shard_index, "shard_index", minimum=0)
-        if self.shard_index >= self.num_shards:
-            raise ValueError(
-                f"shard_index must be in [0, num_shards={self.num_shards}), got "
-                f"{self.shard_index}; pass rank * num_workers + worker_id"
-            )
+        self.shard_index, self.num_shards = check_shard(shard_index, num_shards)
         self.drop_remainder = check_bool(drop_remainder, "drop_remainder")
         self.check_shards(self.size, self.shard_index, self.num_shards, self.drop_remainder)
         self._epoch = self.first_epoch

@@ -13,7 +13,7 @@ from typing import IO, Any
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed, state_int
+from ._checks import check_bool, check_positive_int, check_seed, check_shard, state_int
 from .download import Downloads, fetch
 from .stage import Stage, State
 from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
@@ -85,11 +85,7 @@ class TarShards(Stage[Sample]):
         self.num_epochs = None if num_epochs is None else check_positive_int(
             num_epochs, "num_epochs")
         self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
-        self.num_shards = check_positive_int(num_shards, "num_shards")
-        self.shard_index = check_positive_int(shard_index, "shard_index", minimum=0)
-        if self.shard_index >= self.num_shards:
-            raise ValueError(f"shard_index must be in [0, num_shards={self.num_shards}), got "
-                             f"{self.shard_index}; pass rank * num_workers + worker_id")
+        self.shard_index, self.num_shards = check_shard(shard_index, num_shards)
         if self.num_shards > len(self.urls):
             raise ValueError(
                 f"num_shards={self.num_shards} readers need at least as many shards, but "
