@@ -10,9 +10,12 @@ The upstream delivers ``W / t_read`` examples/s and the loop wants ``B / t_step`
 the fixed factor ``e = min(R, max_factor)``, and ``EchoDataset(factor=Auto())``.
 
 Reported per run: the realised factor (emitted over fresh examples), the stall (the
-share of the loop's time spent waiting for a batch, after the first), and steps/s.
-Targets for ``Auto``: realised factor within 15% of ``min(R, max_factor)``, stall below
-5% when ``R <= max_factor``. Writes results/adaptive_workers.json and .md.
+share of the loop's time spent waiting for a batch, after the first), and steps/s. A
+reference run reads instantly (``R = 0``): its stall is the DataLoader's own cost of
+handing a batch over (collate, inter-process transfer), paid by every arm; the stall
+that input-bound reads add is the run's stall less the reference's. Targets for
+``Auto``: realised factor within 15% of ``min(R, max_factor)``; added stall below 5%
+when ``R <= max_factor``. Writes results/adaptive_workers.json and .md.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def main() -> None:
     args = p.parse_args()
     cfg = Config(trials=args.trials, examples=args.examples)
     load = os.getloadavg()[0]
+    reference = statistics.median(run(cfg, 0.0, 1.0)["stall"] for _ in range(cfg.trials))
+    print(f"reference (R = 0): stall {reference:.1%}", flush=True)
     rows: list[dict[str, Any]] = []
     for ratio in cfg.ratios:
         target = min(ratio, DEFAULT_MAX_FACTOR)
@@ -109,26 +114,29 @@ def main() -> None:
                   f"{rows[-1]['stall']:.1%}, {rows[-1]['steps_per_s']:.1f} steps/s", flush=True)
     RESULTS.mkdir(exist_ok=True)
     meta = {"config": asdict(cfg), "load_average_at_start": load,
+            "reference_stall": reference,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "rows": rows}
     (RESULTS / "adaptive_workers.json").write_text(json.dumps(meta, indent=1) + "\n")
     lines = ["# Adaptive echoing in DataLoader workers", "",
              f"`python benchmarks/adaptive_workers.py --trials {cfg.trials} --examples "
              f"{cfg.examples}`: {cfg.workers} workers, B = {cfg.batch_size}, step "
              f"{cfg.step_ms:g} ms, medians of {cfg.trials} trials (ranges in brackets); "
-             f"{meta['machine']}, load average {load:.1f} at the start.", "",
-             "| R | arm | realised factor | target | stall | steps/s |",
-             "|---:|---|---:|---:|---:|---:|"]
+             f"{meta['machine']}, load average {load:.1f} at the start. Reference run "
+             f"(instant reads): stall {reference:.1%}, the loader's own hand-over cost; "
+             "'added' is a run's stall less that.", "",
+             "| R | arm | realised factor | target | stall | added stall | steps/s |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lo, hi = r["factor_range"]
         slo, shi = r["stall_range"]
         lines.append(f"| {r['R']:g} | {r['arm']} | {r['factor']:.2f} [{lo:.2f}, {hi:.2f}] | "
                      f"{r['target']:g} | {r['stall']:.1%} [{slo:.1%}, {shi:.1%}] | "
-                     f"{r['steps_per_s']:.1f} |")
+                     f"{max(r['stall'] - reference, 0.0):.1%} | {r['steps_per_s']:.1f} |")
     auto = [r for r in rows if r["arm"] == "auto"]
     met = all(abs(r["factor"] - r["target"]) <= 0.15 * r["target"] for r in auto)
-    stall = all(r["stall"] < 0.05 for r in auto if r["R"] <= DEFAULT_MAX_FACTOR)
+    stall = all(r["stall"] - reference < 0.05 for r in auto if r["R"] <= DEFAULT_MAX_FACTOR)
     lines += ["", f"Targets for `Auto`: realised factor within 15% of min(R, "
-              f"{DEFAULT_MAX_FACTOR}) at every R: {'met' if met else 'not met'}; stall "
+              f"{DEFAULT_MAX_FACTOR}) at every R: {'met' if met else 'not met'}; added stall "
               f"below 5% where R <= {DEFAULT_MAX_FACTOR}: {'met' if stall else 'not met'}."]
     (RESULTS / "adaptive_workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-1:]))
