@@ -316,3 +316,26 @@ def test_batch_echoing_counts_fresh_and_emitted_examples_exactly():
     assert result.fresh == len({uid for uids in trained for uid in uids}) == 16
     assert result.emitted == 28
     assert result.echo_counts == (result.fresh, result.emitted)
+
+
+def test_the_trainer_reads_epoch_after_epoch_and_counts_each_epoch_s_images_as_fresh():
+    import torch
+
+    from dataecho.demo.train import train_run
+
+    # Two batches an epoch, indices 0-7: the same image in another epoch is a new fresh
+    # example (uid = epoch * num_samples + index), as in the paper's count.
+    epoch = [(torch.zeros(4, 28, 28, dtype=torch.uint8), torch.zeros(4, dtype=torch.long),
+              torch.arange(4 * k, 4 * k + 4)) for k in range(2)]
+
+    class Recorder:
+        average = None
+
+        def __call__(self, batch):
+            return 0.0
+
+    result = train_run(RunResult("baseline", 1.0, ""), epoch, Recorder(), lambda model: 0.9,
+                       target=0.5, budget_s=60.0, eval_every=5, num_samples=8,
+                       log=lambda line: None)
+    assert (result.steps, result.epochs) == (5, 3)
+    assert result.emitted == 20 and result.fresh == 20
