@@ -76,7 +76,7 @@ def test_two_workers_train_on_every_example_of_an_epoch_factor_times(url, factor
     epochs = Epochs(arm.loader, arm.num_samples)
     uids = []
     while epochs.epoch < 2:
-        batch, got = next(epochs)
+        _, got = next(epochs)
         assert len(got) == 2  # every batch full
         uids += got
     epochs.close()
