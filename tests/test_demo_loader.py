@@ -67,13 +67,13 @@ def test_an_image_that_does_not_decode_names_its_sample_and_shard():
                                              (2.0, "after_augmentation"), (2.0, "batch")])
 def test_two_workers_train_on_every_example_of_an_epoch_factor_times(url, factor, variant):
     from dataecho.demo.loader import make_loader
-    from dataecho.demo.train import Epochs
+    from dataecho.demo.train import EpochBatches
 
     # Each worker reads three of the six shards: 12 or 10 examples, whole batches of 2.
     arm = make_loader(url, factor=factor, variant=variant, batch_size=2, buffer_size=4,
                       num_workers=2)
     assert arm.num_samples == N
-    epochs = Epochs(arm.loader, arm.num_samples)
+    epochs = EpochBatches(arm.loader, arm.num_samples)
     uids = []
     while epochs.epoch < 2:
         _, got = next(epochs)

@@ -101,17 +101,33 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         pad: crop padding of the augmentation, in pixels.
         num_workers: DataLoader worker processes, each reading whole shards.
         prefetch: shards each worker downloads ahead.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from dataecho.demo.remote import ShardServer, write_shards
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_shards(np.zeros((8, 4, 4), np.uint8), np.arange(8), root, shard_size=4)
+        >>> with ShardServer(root) as server:
+        ...     arm = make_loader(server.url, factor=2, batch_size=4, num_workers=0)
+        ...     indices = [i for batch in arm.loader for i in batch[2].tolist()]
+        >>> sorted(indices) == sorted(2 * list(range(8))), arm.pipeline[:37]
+        (True, 'DataLoader(EchoDataset(Map(TarShards(')
     """
     factor = check_arm(factor, variant)
     shards = read_shards(url)
     stream = Map(TarShards(shards.urls, seed=seed, digests=shards.digests, prefetch=prefetch),
                  decode_sample)
     examples = variant != "batch" and factor != 1.0  # echoed in the workers
-    dataset = EchoDataset(
-        stream, augment=CropFlip(pad), echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
-        factor=(Auto(buffer_size=buffer_size) if factor == "auto" else factor) if examples
-        else 1.0,
-        buffer_size=None if examples and factor == "auto" else buffer_size, seed=seed)
+    in_workers: float | Auto = 1.0
+    window: int | None = buffer_size
+    if examples and factor == "auto":  # Auto's buffer spreads its copies, not a window
+        in_workers, window = Auto(buffer_size=buffer_size), None
+    elif examples:
+        in_workers = float(factor)
+    dataset = EchoDataset(stream, augment=CropFlip(pad), factor=in_workers,
+                          echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
+                          buffer_size=window, seed=seed)
     windowed = examples and factor != "auto"
     ahead = max(2, buffer_size // batch_size + 2) if windowed and num_workers else None
     loader: DataLoader[Any] = DataLoader(

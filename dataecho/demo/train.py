@@ -115,7 +115,7 @@ class RunResult:
                 "steps_per_s": self.steps / self.train_s if self.train_s else None}
 
 
-class Epochs:
+class EpochBatches:
     """The batches of ``loader`` epoch after epoch, each with its examples' uids.
 
     Each iteration of ``loader`` is the next epoch (``EchoDataset`` and ``EchoBatches``
@@ -127,7 +127,7 @@ class Epochs:
         self.loader, self.num_samples = loader, num_samples
         self.epoch, self.it = 0, iter(loader)
 
-    def __iter__(self) -> Epochs:
+    def __iter__(self) -> EpochBatches:
         return self
 
     def __next__(self) -> tuple[Any, list[int]]:
@@ -160,7 +160,7 @@ def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Ev
     seen: set[int] = set()
     live = sys.stdout.isatty()
     began = time.perf_counter()
-    epochs = Epochs(loader, num_samples)
+    epochs = EpochBatches(loader, num_samples)
     try:
         batch, uids = next(epochs)
         start = time.perf_counter()
