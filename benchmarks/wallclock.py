@@ -19,7 +19,7 @@ report is rewritten from the store: wallclock[-TAG].md (mean and min-max over se
 then every run), .png (speedup against realised factor, one panel per variant) and
 .json (summary plus every run with its configuration, pipeline and versions).
 The full grid (3 R x 3 variants x 10 echoed runs per seed + 3 baselines per seed,
-x 3 seeds = 99 runs) takes hours on 2 CPU cores; see docs/demo.md.
+x 3 seeds = 99 runs) takes hours on 2 CPU cores; see docs/results/wallclock.md.
 """
 
 from __future__ import annotations

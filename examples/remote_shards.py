@@ -2,7 +2,8 @@
 
 Writes 2,000 Fashion-MNIST images into PNG tar shards, serves them from a throttled
 server on 127.0.0.1, and reads them with the demo's pipeline:
-ShardStream -> Echo -> Map(augment) -> Shuffle. Run: python examples/remote_shards.py
+TarShards -> Map(decode) -> Echo -> Map(augment) -> Shuffle.
+Run: python examples/remote_shards.py
 """
 
 from __future__ import annotations
@@ -12,18 +13,18 @@ import tempfile
 from itertools import islice
 from typing import Any
 
-from dataecho import Echo, Map, Shuffle
+from dataecho import Echo, Map, Shuffle, TarShards
 from dataecho.datasets import load_fashion_mnist
 from dataecho.demo.augment import CropFlip
-from dataecho.demo.remote import ShardServer, write_shards
-from dataecho.demo.stream import ShardStream
+from dataecho.demo.remote import ShardServer, decode_sample, read_shards, write_shards
 
 
 def pipeline(url: str) -> Shuffle[Any]:
-    # Echo right after the expensive stage (download + PNG decode), before the
+    # Echo right after the expensive stages (download + PNG decode), before the
     # augmentation, so each of the 3 copies gets its own crop and flip; the shuffle
     # window then spreads the copies over 4 batches' worth of examples.
-    stream = ShardStream(url, seed=0, num_epochs=1)
+    shards = read_shards(url)  # the shard URLs and their digests, from the served index
+    stream = Map(TarShards(shards.urls, seed=0, digests=shards.digests), decode_sample)
     return Shuffle(Map(Echo(stream, factor=3, seed=1), CropFlip(pad=2), seed=2), 512, seed=3)
 
 
@@ -42,7 +43,7 @@ def main() -> None:
             rest = list(resumed)
     print(f"read {len(first)} examples, checkpointed, resumed for {len(rest)} more")
     print(f"stats after resume: {resumed.stats()}")
-    print(f"fresh images: {len({uid for _, _, uid in first + rest})} of 2000")
+    print(f"fresh images: {len({index for _, _, index in first + rest})} of 2000")
 
 
 if __name__ == "__main__":

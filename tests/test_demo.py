@@ -31,8 +31,9 @@ def test_smoke_demo_writes_its_table_plot_and_json_within_its_budget(tmp_path, c
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     result = json.loads((tmp_path / "results.json").read_text())
     assert [row["run"] for row in result["rows"]][:2] == ["baseline", "echo e=2"]
-    assert result["config"]["preset"] == "smoke" and "Echo(ShardStream" in result["runs"][1][
-        "pipeline"]
+    assert result["config"]["preset"] == "smoke"
+    assert result["runs"][1]["pipeline"].startswith(
+        "DataLoader(EchoDataset(Map(TarShards(") and "factor=2.0" in result["runs"][1]["pipeline"]
     assert result["rss"]["main_mb"] < 2048 and result["versions"]["torch"]
     echo = result["runs"][1]
     assert echo["fresh"] < echo["emitted"] and echo["points"]
@@ -114,13 +115,13 @@ def test_the_default_fixed_factor_is_r_rounded_half_up_and_at_least_2(capsys):
 
 
 def test_a_non_finite_stream_factor_is_refused_with_the_remedy():
-    from dataecho.demo.loader import StreamDataset
+    from dataecho.demo.loader import make_loader
 
     for bad in (math.inf, math.nan, 0.5):
         with pytest.raises(ValueError, match=r"factor must be a finite number >= 1 \(1 is no "
                                              r"echoing\) or 'auto', got .*; pass e\.g\. "
                                              r"factor=2\.0"):
-            StreamDataset("http://127.0.0.1:1", factor=bad)
+            make_loader("http://127.0.0.1:1", factor=bad)  # refused before any fetch
 
 
 def run(name, factor, reached, seconds, fresh):
@@ -189,9 +190,10 @@ def test_a_missed_run_shows_its_best_accuracy_with_two_decimals(monkeypatch, cap
     text = table(rows, 0.88)
     assert "MISSED: best 87.95%" in text and "87.2" not in text and "88.0%" not in text
     # The line printed when the run ends says the same.
-    monkeypatch.setattr(command, "StreamDataset", lambda *args, **kwargs: None)  # no server
-    monkeypatch.setattr(command, "describe", lambda *args, **kwargs: "fake pipeline")
-    monkeypatch.setattr(command, "make_loader", lambda *args, **kwargs: [])
+    from dataecho.demo.loader import Arm
+
+    monkeypatch.setattr(command, "make_loader",  # no server
+                        lambda *args, **kwargs: Arm([], 0, "fake pipeline"))
     monkeypatch.setattr(command, "Step", lambda *args, **kwargs: None)  # no model either
     monkeypatch.setattr(command, "train_run", lambda *args, **kwargs: missed)
     cfg = dataclasses.replace(parse_args(["--quick"]), target=0.88, budget_s=60.0)
@@ -232,10 +234,10 @@ def test_the_variant_flag_resolves_into_the_config_and_is_checked():
 
 
 def test_an_unknown_variant_is_refused_with_the_remedy():
-    from dataecho.demo.loader import StreamDataset
+    from dataecho.demo.loader import make_loader
 
     with pytest.raises(ValueError, match=r"variant must be one of .* got 'sideways'; pass"):
-        StreamDataset("http://127.0.0.1:1", variant="sideways")
+        make_loader("http://127.0.0.1:1", variant="sideways")
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +257,8 @@ def smoke():
         yield cfg, server.url, device, Evaluator(data.eval_images, data.eval_labels, device)
 
 
-HEADS = {"after_augmentation": "DataLoader(Shuffle(Echo(Map(ShardStream",
-         "batch": "EchoBatches(DataLoader(Shuffle(Map(ShardStream"}
+HEADS = {"after_augmentation": "DataLoader(EchoDataset(Map(TarShards(",
+         "batch": "EchoBatches(DataLoader(EchoDataset(Map(TarShards("}
 
 
 @pytest.mark.parametrize("variant", list(HEADS))
@@ -269,6 +271,9 @@ def test_each_echo_variant_reaches_the_smoke_target_counting_what_it_trained_on(
     fixed = one_run(cfg, url, "echo e=2", 2.0, device, evaluate)
     auto = one_run(cfg, url, "adaptive", "auto", device, evaluate)
     assert fixed.pipeline.startswith(HEADS[variant])
+    if variant == "batch":  # the workers' EchoDataset is the baseline's; EchoBatches echoes
+        assert "factor=1.0" in fixed.pipeline and fixed.pipeline.endswith(
+            "factor=2.0, seed=0, clone=False)") and "factor=Auto(" in auto.pipeline
     for run in (fixed, auto):
         assert run.reached and run.variant == variant
         assert run.emitted == run.steps * cfg.batch_size  # every batch is full
@@ -281,7 +286,9 @@ def test_each_echo_variant_reaches_the_smoke_target_counting_what_it_trained_on(
         assert auto.echo_counts == (auto.fresh, auto.emitted)
         assert 2 * fixed.fresh - fixed.emitted in (0, cfg.batch_size)
     else:
-        assert fixed.echo_counts is None and "AdaptiveExamples(Map(ShardStream" in auto.pipeline
+        assert fixed.echo_counts is None and "echo='after_augmentation', factor=2.0" in (
+            fixed.pipeline)
+        assert auto.pipeline.startswith(HEADS[variant]) and "factor=Auto(" in auto.pipeline
 
 
 def test_batch_echoing_counts_fresh_and_emitted_examples_exactly():
@@ -309,3 +316,26 @@ def test_batch_echoing_counts_fresh_and_emitted_examples_exactly():
     assert result.fresh == len({uid for uids in trained for uid in uids}) == 16
     assert result.emitted == 28
     assert result.echo_counts == (result.fresh, result.emitted)
+
+
+def test_the_trainer_reads_epoch_after_epoch_and_counts_each_epoch_s_images_as_fresh():
+    import torch
+
+    from dataecho.demo.train import train_run
+
+    # Two batches an epoch, indices 0-7: the same image in another epoch is a new fresh
+    # example (uid = epoch * num_samples + index), as in the paper's count.
+    epoch = [(torch.zeros(4, 28, 28, dtype=torch.uint8), torch.zeros(4, dtype=torch.long),
+              torch.arange(4 * k, 4 * k + 4)) for k in range(2)]
+
+    class Recorder:
+        average = None
+
+        def __call__(self, batch):
+            return 0.0
+
+    result = train_run(RunResult("baseline", 1.0, ""), epoch, Recorder(), lambda model: 0.9,
+                       target=0.5, budget_s=60.0, eval_every=5, num_samples=8,
+                       log=lambda line: None)
+    assert (result.steps, result.epochs) == (5, 3)
+    assert result.emitted == 20 and result.fresh == 20

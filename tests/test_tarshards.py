@@ -207,7 +207,7 @@ def flipped(path: Path, old: bytes, new: bytes) -> None:
 
 @needs_pillow
 def test_a_flipped_label_digit_fails_the_digest_check_naming_the_shard(tmp_path):
-    from dataecho.demo.stream import ShardStream
+    from dataecho.demo.remote import read_shards
 
     names = write_shards(np.zeros((6, 2, 2), np.uint8), np.arange(6), tmp_path, shard_size=3)
     index = json.loads((tmp_path / "train-index.json").read_bytes())
@@ -221,7 +221,8 @@ def test_a_flipped_label_digit_fails_the_digest_check_naming_the_shard(tmp_path)
     with pytest.raises(ShardError, match=message):
         list(TarShards(urls, shuffle=False, digests=index))
     with ShardServer(tmp_path) as server, pytest.raises(ShardError, match=r"train-00001\.tar"):
-        list(ShardStream(server.url, num_epochs=1))
+        shards = read_shards(server.url)  # the digests come with the served index
+        list(TarShards(shards.urls, digests=shards.digests))
 
 
 def test_digests_by_name_or_url_check_size_and_sha256(local):

@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .stream import Sample
-
 # Pixel mean and standard deviation of the Fashion-MNIST training images (0..1 scale).
 MEAN, STD = 0.2860, 0.3530
 
-Example = tuple[np.ndarray, int, int]  # (uint8 [H, W] image, label, uid)
+Example = tuple[np.ndarray, int, int]  # (uint8 [H, W] image, label, index)
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -29,17 +27,18 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 class CropFlip:
     """Random crop of the zero-padded image plus a horizontal flip with probability 1/2.
 
-    Called as ``fn(sample, rng)``: inside ``dataecho.Map`` the generator is keyed by
-    the item's position, so after an ``Echo`` every copy of an example gets its own
-    crop and flip (echoing *before* augmentation, the paper's best variant).
+    Called as ``fn(example, rng)`` on ``(image, label, index)`` (what
+    ``decode_sample`` gives): as ``EchoDataset(augment=...)``, the generator is keyed by
+    the copy's position, so echoing before augmentation gives every copy of an example
+    its own crop and flip (the paper's best variant).
 
     Args:
         pad: pixels of zero padding on each side; the crop shifts by up to ``pad``.
 
     Example:
         >>> image = np.arange(16, dtype=np.uint8).reshape(4, 4)
-        >>> x, label, uid = CropFlip(pad=0)(Sample(image, 3, 7), np.random.default_rng(0))
-        >>> x.tolist() == image.tolist() or x.tolist() == image[:, ::-1].tolist(), label, uid
+        >>> x, label, index = CropFlip(pad=0)((image, 3, 7), np.random.default_rng(0))
+        >>> x.tolist() == image.tolist() or x.tolist() == image[:, ::-1].tolist(), label, index
         (True, 3, 7)
     """
 
@@ -49,8 +48,9 @@ class CropFlip:
         self.pad = pad
         self.__qualname__ = f"CropFlip(pad={pad})"  # what Map's repr shows
 
-    def __call__(self, sample: Sample, rng: np.random.Generator) -> Example:
-        image, p = sample.image, self.pad
+    def __call__(self, example: Example, rng: np.random.Generator) -> Example:
+        image, label, index = example
+        p = self.pad
         h, w = image.shape[:2]
         # One draw for all three decisions: each numpy call costs microseconds, and this
         # runs once per echoed copy.
@@ -62,7 +62,7 @@ class CropFlip:
             image[max(0, dy) : h - max(0, -dy), max(0, dx) : w - max(0, -dx)])
         if u[2] < 0.5:
             out = np.ascontiguousarray(out[:, ::-1])
-        return out, int(sample.label), int(sample.uid)
+        return out, int(label), int(index)
 
     def __repr__(self) -> str:
         return self.__qualname__

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from .augment import CropFlip
-from .stream import Sample
 from .train import Step
 
 
@@ -54,7 +53,7 @@ def time_step(step: Step, images: np.ndarray, labels: np.ndarray, *, batch_size:
     times = []
     for k in range(steps + 3):
         pick = rng.integers(0, len(images), batch_size)
-        crops = [augment(Sample(images[i], int(labels[i]), 0), rng)[0] for i in pick]
+        crops = [augment((images[i], int(labels[i]), 0), rng)[0] for i in pick]
         batch = (torch.from_numpy(np.stack(crops)), torch.from_numpy(labels[pick]), None)
         began = time.perf_counter()
         step(batch)
@@ -67,9 +66,10 @@ def time_step_streaming(step: Step, loader: Iterable[Any], *, steps: int) -> flo
     """Median seconds of ``steps`` training steps on batches from ``loader`` (after 3).
 
     Only the step is timed, not the wait for the next batch. Run on the baseline
-    pipeline, this is ``t_down`` as the runs will see it: on a 2-core machine the
-    worker's decoding competes with the trainer, and a step measured on an idle machine
-    is faster, which would give an ``R`` larger than the one asked for.
+    loader (``TarShards`` + decode + augment in the workers), this is ``t_down`` as the
+    runs will see it: on a 2-core machine the worker's decoding competes with the
+    trainer, and a step measured on an idle machine is faster, which would give an
+    ``R`` larger than the one asked for. ``steps + 3`` must fit in one epoch.
     """
     times: list[float] = []
     it = iter(loader)
@@ -82,7 +82,9 @@ def time_step_streaming(step: Step, loader: Iterable[Any], *, steps: int) -> flo
             if len(times) >= steps:
                 break
     finally:
-        del it  # shuts the workers down
+        close = getattr(it, "close", None)  # EchoBatches: stops its reader thread
+        if callable(close):
+            close()
     return statistics.median(times)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib.util
 import math
 import sys
@@ -14,7 +15,7 @@ import torch
 from .calibrate import calibrate, time_step, time_step_streaming
 from .config import DemoConfig, check_config, parse_args
 from .data import DemoData, prepare
-from .loader import Factor, StreamDataset, describe, make_loader
+from .loader import Factor, make_loader
 from .model import pick_device, small_cnn
 from .remote import ShardServer
 from .report import (
@@ -151,27 +152,38 @@ def measure_t_down(cfg: DemoConfig, data: DemoData, device: torch.device,
     if url is None:
         return time_step(probe, data.train_images, data.train_labels,
                          batch_size=cfg.batch_size, steps=cfg.calibration_steps, seed=cfg.seed)
-    dataset = StreamDataset(url, batch_size=cfg.batch_size, buffer_size=cfg.buffer_size,
-                            seed=cfg.seed + 1, pad=cfg.pad)
-    loader = make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    return time_step_streaming(probe, loader, steps=cfg.calibration_steps)
+    arm = make_loader(url, batch_size=cfg.batch_size, buffer_size=cfg.buffer_size,
+                      seed=cfg.seed + 1, pad=cfg.pad, num_workers=cfg.num_workers)
+    try:
+        return time_step_streaming(probe, arm.loader, steps=cfg.calibration_steps)
+    finally:
+        # The last reference: the persistent workers exit now, not whenever the
+        # collector next runs (EchoBatches holds a reference cycle).
+        del arm
+        gc.collect()
 
 
 def one_run(cfg: DemoConfig, url: str, name: str, factor: Factor, device: torch.device,
             evaluate: Evaluator) -> RunResult:
     """One training run to ``cfg.target`` on the shards served at ``url``."""
-    dataset = StreamDataset(url, factor=factor, variant=cfg.variant, batch_size=cfg.batch_size,
-                            buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad)
-    pipeline = describe(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    print(f"\n{name}: {pipeline}")
+    arm = make_loader(url, factor=factor, variant=cfg.variant, batch_size=cfg.batch_size,
+                      buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad,
+                      num_workers=cfg.num_workers)
+    print(f"\n{name}: {arm.pipeline}")
     torch.manual_seed(cfg.seed)  # every run starts from the same weights
     step = Step(small_cnn(), cfg.lr, device)
-    loader = make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    result = train_run(RunResult(name, factor, pipeline, cfg.variant), loader, step, evaluate,
-                       target=cfg.target, budget_s=cfg.budget_s or math.inf,
-                       eval_every=cfg.eval_every)
+    try:
+        result = train_run(RunResult(name, factor, arm.pipeline, cfg.variant), arm.loader, step,
+                           evaluate, target=cfg.target, budget_s=cfg.budget_s or math.inf,
+                           eval_every=cfg.eval_every, num_samples=arm.num_samples)
+    finally:
+        # The last reference: the persistent workers exit now, not whenever the
+        # collector next runs (EchoBatches holds a reference cycle).
+        del arm
+        gc.collect()
     verdict = (f"reached {cfg.target:.0%} in {result.time_to_target:.1f} s" if result.reached
                else f"MISSED {cfg.target:.0%} within {cfg.budget_s:.0f} s "
                     f"(best {result.best_accuracy:.2%})")
     print(f"  {name}: {verdict} (worker start-up {result.startup_s:.1f} s, not counted)")
     return result
+

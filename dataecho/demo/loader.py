@@ -1,174 +1,162 @@
-"""The demo's input pipeline: shard stream -> [echo] -> augment -> [echo] -> shuffle -> [echo]."""
+"""The demo's arms, built from the public pieces a user would write.
+
+Every arm reads the same stream, ``Map(TarShards(urls, digests=index), decode_sample)``:
+the served shards, checked against the index's digests and decoded, split by whole
+shards between the DataLoader workers. What differs is where the echo stands:
+
+- baseline: ``EchoDataset(stream, augment=CropFlip(pad), factor=1)``;
+- example echoing: ``EchoDataset(stream, augment=..., echo=variant, factor=e,
+  buffer_size=...)``, or ``factor=Auto(buffer_size=...)`` (adaptive: decided in each
+  worker, copies augmented in the worker);
+- batch echoing: ``EchoBatches(DataLoader(<the baseline's EchoDataset>), factor=e)``,
+  or ``factor=Auto(buffer_size=...)``, in the trainer's process.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
-from torch.utils.data import default_collate as torch_collate
+from torch.utils.data import DataLoader
 
-from .._rng import derive_seed
-from ..adaptive import AdaptiveExamples
-from ..echo import Echo
 from ..factor import Auto
 from ..map import Map
 from ..pipeline import VARIANTS
-from ..shuffle import Shuffle
-from ..stage import Stage
-from ..torch import EchoBatches
-from ..torch.sharding import shard_of
+from ..tarshards import TarShards
+from ..torch import EchoBatches, EchoDataset
 from .augment import CropFlip
-from .stream import ShardStream
+from .remote import decode_sample, read_shards
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
 
 
-class StreamDataset(IterableDataset[Any]):
-    """An ``IterableDataset`` whose iterator is the demo's checkpointable pipeline.
+@dataclass(frozen=True)
+class Arm:
+    """One arm's loader, ready to train from.
 
-    Each DataLoader worker builds, for its own disjoint part of the shards, one of the
-    paper's three variants (``variant``; the baseline, ``factor=1``, is the same for all):
+    Attributes:
+        loader: the DataLoader (or ``EchoBatches`` around it); each iteration is the
+            next epoch, batches of ``(images, labels, indices)``.
+        num_samples: samples per epoch: a fresh example is ``epoch * num_samples +
+            index``.
+        pipeline: the objects' reprs, for the log and the result file.
+    """
 
-    - baseline: ``ShardStream -> Map(augment) -> Shuffle``;
-    - ``"before_augmentation"``: ``ShardStream -> Echo -> Map(augment) -> Shuffle``:
-      every copy gets its own crop and flip; ``"auto"``: ``ShardStream ->
-      AdaptiveExamples(augment)``, which echoes only while no fresh sample is ready
-      and batches itself;
-    - ``"after_augmentation"``: ``ShardStream -> Map(augment) -> Echo -> Shuffle``:
-      copies are identical and the augmentation runs once per fresh example;
-      ``"auto"``: ``ShardStream -> Map(augment) -> AdaptiveExamples`` (as
-      ``dataecho.make_auto(echo="after_augmentation")``), batching itself;
-    - ``"batch"``: the baseline pipeline in the workers; the DataLoader batches it and
-      :func:`make_loader` wraps the loader in ``EchoBatches(factor)`` in the trainer's
-      process, so whole batches repeat (``"auto"``: ``AdaptiveEcho`` of batches).
+    loader: Iterable[Any]
+    num_samples: int
+    pipeline: str
 
-    The shuffle window after an example-level ``Echo`` spreads the copies apart.
-    Items are ``(image, label, uid)``; the ``uid`` lets the trainer count the fresh
-    examples it actually trained on, for every variant.
+
+def check_arm(factor: object, variant: object) -> Factor:
+    """Returns ``factor`` as a float or ``"auto"``, after checking it and ``variant``.
+
+    Example:
+        >>> check_arm(2, "batch"), check_arm("auto", "after_augmentation")
+        (2.0, 'auto')
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got "
+                         f"{variant!r}; pass variant='before_augmentation' (the paper's best)")
+    if factor == "auto":
+        return "auto"
+    real = isinstance(factor, numbers.Real) and not isinstance(factor, bool)
+    value = float(factor) if real else math.nan  # type: ignore[arg-type]
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError(
+            f"factor must be a finite number >= 1 (1 is no echoing) or 'auto', got "
+            f"{factor!r}; pass e.g. factor=2.0 for a fixed factor, factor=1 for the "
+            "baseline, or factor='auto' for adaptive echoing")
+    return value
+
+
+def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmentation",
+                batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
+                num_workers: int = 1, prefetch: int = 2) -> Arm:
+    """The loader of one arm over the shards served at ``url``.
+
+    Workers are spawned, not forked: the parent runs the shard server's threads, and
+    forking a threaded process can copy a held lock into the child. They persist
+    between epochs (no start-up per epoch). ``drop_last=True``: each epoch's last,
+    partial batch of each worker is not trained on, so every step has ``batch_size``
+    examples; the trainer counts fresh examples from what it trained on, so the count
+    stays exact.
+
+    With a fixed example-level factor each worker may run a whole shuffle window
+    ahead: the window emits in bursts (it reads a window, then yields it), and a queue
+    of two batches would turn every refill into a stall of the trainer even when the
+    worker keeps up on average.
 
     Args:
-        url: base URL of the served shards.
-        factor: echo factor, or ``"auto"``.
+        url: base URL of the served shards (``ShardServer.url``).
+        factor: echo factor >= 1 (1: the baseline), or ``"auto"``.
         variant: where the echo stands: one of ``dataecho.VARIANTS``.
-        batch_size: examples per batch (for ``"auto"``; else the DataLoader's).
-        buffer_size: shuffle window after the echo stage, in examples.
-        seed: the one seed; stages derive theirs from it and the worker's shard.
+        batch_size: examples per batch.
+        buffer_size: shuffle window after a fixed example-level echo, in examples; the
+            examples adaptive example echoing draws from; two windows of batches are
+            what adaptive batch echoing draws from.
+        seed: the one seed: shard order, echo draws, augmentation, shuffles.
         pad: crop padding of the augmentation, in pixels.
+        num_workers: DataLoader worker processes, each reading whole shards.
         prefetch: shards each worker downloads ahead.
 
     Example:
-        >>> d = StreamDataset("http://127.0.0.1:1", factor=2, variant="batch", batch_size=8)
-        >>> d.factor, d.variant, d.batches_itself
-        (2.0, 'batch', False)
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from dataecho.demo.remote import ShardServer, write_shards
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_shards(np.zeros((8, 4, 4), np.uint8), np.arange(8), root, shard_size=4)
+        >>> with ShardServer(root) as server:
+        ...     arm = make_loader(server.url, factor=2, batch_size=4, num_workers=0)
+        ...     indices = [i for batch in arm.loader for i in batch[2].tolist()]
+        >>> sorted(indices) == sorted(2 * list(range(8))), arm.pipeline[:37]
+        (True, 'DataLoader(EchoDataset(Map(TarShards(')
     """
-
-    def __init__(self, url: str, *, factor: Factor = 1.0, variant: str = "before_augmentation",
-                 batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
-                 prefetch: int = 2) -> None:
-        if factor != "auto" and (isinstance(factor, bool | str)
-                                 or not isinstance(factor, numbers.Real)
-                                 or not (math.isfinite(factor) and factor >= 1)):
-            raise ValueError(
-                f"factor must be a finite number >= 1 (1 is no echoing) or 'auto', got "
-                f"{factor!r}; pass e.g. factor=2.0 for a fixed factor, factor=1 for the "
-                "baseline, or factor='auto' for adaptive echoing")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got "
-                             f"{variant!r}; pass variant='before_augmentation' (the paper's best)")
-        self.url, self.batch_size, self.buffer_size = url, batch_size, buffer_size
-        self.factor: Factor = factor if factor == "auto" else float(factor)
-        self.variant = variant
-        self.seed, self.prefetch = seed, prefetch
-        self.augment = CropFlip(pad)
-
-    @property
-    def batches_itself(self) -> bool:
-        """True when the workers yield batches (adaptive example echoing): the loader must not."""
-        return self.factor == "auto" and self.variant != "batch"
-
-    @property
-    def echoes_batches(self) -> bool:
-        """True when the loader's batches are echoed in the trainer's process."""
-        return self.variant == "batch" and self.factor != 1.0
-
-    def build(self, shard_index: int = 0, num_shards: int = 1) -> Stage[Any]:
-        """The pipeline of one reader (``rank * num_workers + worker`` of ``num_shards``)."""
-        def sub(tag: int) -> int:
-            return derive_seed(self.seed, tag, shard_index)
-
-        stage: Stage[Any] = ShardStream(self.url, seed=self.seed, shard_index=shard_index,
-                                        num_shards=num_shards, prefetch=self.prefetch)
-        example_echo = self.factor != 1.0 and self.variant != "batch"
-        before = self.variant == "before_augmentation"
-        if self.batches_itself:
-            if not before:
-                stage = Map(stage, self.augment, seed=sub(2))
-            return AdaptiveExamples(stage, self.batch_size, collate=torch_collate, seed=sub(1),
-                                    augment=self.augment if before else None)
-        if example_echo and before:
-            stage = Echo(stage, float(self.factor), seed=sub(1))
-        stage = Map(stage, self.augment, seed=sub(2))
-        if example_echo and not before:
-            stage = Echo(stage, float(self.factor), seed=sub(1))
-        return Shuffle(stage, self.buffer_size, seed=sub(3)) if self.buffer_size > 1 else stage
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.build(*shard_of())
-
-
-def make_loader(dataset: StreamDataset, *, batch_size: int, num_workers: int = 1
-                ) -> Iterable[Any]:
-    """A DataLoader over ``dataset`` with ``num_workers`` spawned worker processes.
-
-    Workers are spawned, not forked: the parent runs the shard server's threads, and
-    forking a threaded process can copy a held lock into the child. Each worker may run
-    a whole shuffle window ahead: the windowed ``Shuffle`` emits in bursts (it reads a
-    window, then yields it), and a queue of two batches would turn every refill into a
-    stall of the trainer even when the worker keeps up on average.
-
-    For batch echoing the loader comes wrapped in ``EchoBatches``: the same batch
-    object is trained on ``factor`` times (the trainer changes none of it in place).
-    """
-    ahead = max(2, dataset.buffer_size // batch_size + 2) if num_workers else None
+    factor = check_arm(factor, variant)
+    shards = read_shards(url)
+    stream = Map(TarShards(shards.urls, seed=seed, digests=shards.digests, prefetch=prefetch),
+                 decode_sample)
+    examples = variant != "batch" and factor != 1.0  # echoed in the workers
+    in_workers: float | Auto = 1.0
+    window: int | None = buffer_size
+    if examples and factor == "auto":  # Auto's buffer spreads its copies, not a window
+        in_workers, window = Auto(buffer_size=buffer_size), None
+    elif examples:
+        in_workers = float(factor)
+    dataset = EchoDataset(stream, augment=CropFlip(pad), factor=in_workers,
+                          echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
+                          buffer_size=window, seed=seed)
+    windowed = examples and factor != "auto"
+    ahead = max(2, buffer_size // batch_size + 2) if windowed and num_workers else None
     loader: DataLoader[Any] = DataLoader(
-        dataset, batch_size=None if dataset.batches_itself else batch_size,
-        num_workers=num_workers, prefetch_factor=ahead,
-        multiprocessing_context="spawn" if num_workers else None, persistent_workers=False)
-    if dataset.echoes_batches:
-        factor = (Auto(buffer_size=echo_buffer(dataset, batch_size))
-                  if dataset.factor == "auto" else dataset.factor)
-        return EchoBatches(loader, factor, seed=derive_seed(dataset.seed, 1))
-    return loader
+        dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
+        prefetch_factor=ahead, persistent_workers=num_workers > 0,
+        multiprocessing_context="spawn" if num_workers else None)
+    text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
+            f"drop_last=True, num_workers={num_workers})")
+    if variant == "batch" and factor != 1.0:
+        echo = EchoBatches(loader, Auto(buffer_size=echo_buffer(buffer_size, batch_size))
+                           if factor == "auto" else factor, seed=seed)
+        return Arm(echo, shards.num_samples,
+                   repr(echo).replace(f"<{type(loader).__name__}>", text, 1))
+    return Arm(loader, shards.num_samples, text)
 
 
-def echo_buffer(dataset: StreamDataset, batch_size: int) -> int:
+def _with_stream(dataset: EchoDataset, stream: Map[Any]) -> str:
+    # EchoDataset's repr names its stream's type only; the stream's own repr says more.
+    return repr(dataset).replace(f"<{type(stream).__name__}>", repr(stream), 1)
+
+
+def echo_buffer(buffer_size: int, batch_size: int) -> int:
     """Batches adaptive batch echoing draws from: two shuffle windows, at least 4.
 
-    The windowed shuffle delivers a window of batches at once; with fewer batches kept,
-    most of a burst's batches would never get their echoes.
+    The workers deliver a shard's batches in bursts; with fewer batches kept, most of a
+    burst's batches would never get their echoes.
 
     Example:
-        >>> echo_buffer(StreamDataset("http://x", buffer_size=1280), 128)
+        >>> echo_buffer(1280, 128)
         20
     """
-    return max(4, 2 * max(1, dataset.buffer_size // batch_size))
-
-
-def describe(dataset: StreamDataset, *, batch_size: int, num_workers: int) -> str:
-    """The repr of one worker's pipeline plus the loader around it, for the result file."""
-    stage = dataset.build(0, max(num_workers, 1))
-    try:
-        head = repr(stage)
-    finally:
-        stage.close()
-    size = None if dataset.batches_itself else batch_size
-    loader = f"DataLoader({head}, batch_size={size}, num_workers={num_workers})"
-    if dataset.echoes_batches:
-        buffer = (f", buffer_size={echo_buffer(dataset, batch_size)}"
-                  if dataset.factor == "auto" else "")
-        return (f"EchoBatches({loader}, factor={dataset.factor!r}, "
-                f"seed={derive_seed(dataset.seed, 1)}{buffer})")
-    return loader
+    return max(4, 2 * max(1, buffer_size // batch_size))

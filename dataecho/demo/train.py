@@ -2,8 +2,10 @@
 
 The clock starts at the first batch (worker start-up, the same for every run, is
 reported apart) and pauses during evaluations. Time spent inside ``next(loader)`` is
-stall: the trainer waiting for its input pipeline. Fresh examples are counted from the
-``uid`` of every example trained on, so they are exact, not read-ahead estimates.
+stall: the trainer waiting for its input pipeline. The loader is iterated epoch after
+epoch until the target; fresh examples are counted from the uid of every example
+trained on, ``epoch * num_samples + index`` (the same image in another epoch is another
+fresh example, as in the paper's count), so they are exact, not read-ahead estimates.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .augment import normalize
 
 
 class Step:
-    """One Adam step on a ``(images, labels, uids)`` batch; the ``t_down`` of ``R``.
+    """One Adam step on an ``(images, labels, ...)`` batch; the ``t_down`` of ``R``.
 
     It also updates ``average``, an exponential moving average of the weights (and of
     the BatchNorm statistics), which is what gets evaluated: with a constant learning
@@ -90,6 +92,7 @@ class RunResult:
     wait_s: float = 0.0  # of which inside next(loader): the stall
     eval_s: float = 0.0
     startup_s: float = 0.0  # iter(loader) to the first batch: worker spawn, first shards
+    epochs: int = 0  # epochs of the loader begun
     worker_rss_mb: float | None = None  # peak resident memory of the largest worker (Linux)
     # The echo stage's own counts, where it runs in the trainer's process (batch
     # echoing): (fresh, emitted) examples, a cross-check of the uid counts above.
@@ -112,22 +115,59 @@ class RunResult:
                 "steps_per_s": self.steps / self.train_s if self.train_s else None}
 
 
+class EpochBatches:
+    """The batches of ``loader`` epoch after epoch, each with its examples' uids.
+
+    Each iteration of ``loader`` is the next epoch (``EchoDataset`` and ``EchoBatches``
+    advance by themselves); a uid is ``epoch * num_samples + index``, the index being
+    what the decode gives (a batch's third field).
+    """
+
+    def __init__(self, loader: Iterable[Any], num_samples: int) -> None:
+        self.loader, self.num_samples = loader, num_samples
+        self.epoch, self.it = 0, iter(loader)
+
+    def __iter__(self) -> EpochBatches:
+        return self
+
+    def __next__(self) -> tuple[Any, list[int]]:
+        for _ in range(2):
+            batch = next(self.it, None)
+            if batch is not None:
+                offset = self.epoch * self.num_samples
+                return batch, [offset + index for index in batch[2].tolist()]
+            self.close()
+            self.epoch += 1
+            self.it = iter(self.loader)
+        raise RuntimeError(f"the loader yielded no batch in epoch {self.epoch - 1}: there "
+                           "are fewer examples per worker than one batch; use smaller "
+                           "batches or fewer workers")
+
+    def close(self) -> None:
+        close = getattr(self.it, "close", None)  # EchoBatches: stops its reader thread
+        if callable(close):
+            close()
+
+
 def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Evaluator, *,
-              target: float, budget_s: float, eval_every: int,
+              target: float, budget_s: float, eval_every: int, num_samples: int = 0,
               log: Callable[[str], None] = print) -> RunResult:
-    """Trains until ``evaluate`` reaches ``target`` or ``budget_s`` training seconds pass."""
+    """Trains until ``evaluate`` reaches ``target`` or ``budget_s`` training seconds pass.
+
+    ``loader`` is iterated epoch after epoch; ``num_samples`` (samples per epoch) makes
+    the uids of later epochs new fresh examples (0: one uid space for all epochs).
+    """
     seen: set[int] = set()
     live = sys.stdout.isatty()
     began = time.perf_counter()
-    it = iter(loader)
+    epochs = EpochBatches(loader, num_samples)
     try:
-        batch = next(it)
+        batch, uids = next(epochs)
         start = time.perf_counter()
         result.startup_s = start - began
         while True:
             step(batch)
             result.steps += 1
-            uids = batch[2].tolist()
             result.emitted += len(uids)
             seen.update(uids)
             result.fresh = len(seen)
@@ -144,11 +184,12 @@ def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Ev
             elif live and result.steps % 10 == 0:
                 print("\r" + _line(result, clock, None), end="", flush=True)
             waited = time.perf_counter()
-            batch = next(it)
+            batch, uids = next(epochs)
             result.wait_s += time.perf_counter() - waited
     finally:
-        result.worker_rss_mb = worker_peak_mb(it)
-        del it  # shuts the workers down, also on Ctrl-C
+        result.worker_rss_mb = worker_peak_mb(epochs.it)
+        epochs.close()
+    result.epochs = epochs.epoch + 1
     stats = getattr(loader, "stats", None)  # EchoBatches: counted where it echoes
     if callable(stats):
         counts = stats()

@@ -20,12 +20,13 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...download import fetch
 from ...tarformat import ShardError, iter_samples
-from .codec import encode_image
+from .codec import decode_image, encode_image
 
 INDEX_FORMAT = "dataecho-shards/1"
 IMAGE_EXTS = ("png", "jpg", "jpeg")
@@ -225,3 +226,72 @@ def image_and_label(sample: dict[str, Any]) -> tuple[str, bytes, int]:
     except (UnicodeDecodeError, ValueError) as error:
         raise ShardError(f"iter_shard: label of sample {key!r} in shard {name!r} must be "
                          f"ASCII digits, got {sample['cls'][:20]!r}") from error
+
+
+class Shards(NamedTuple):
+    """What a served index lists: the shard URLs, their digests, the sample count.
+
+    Attributes:
+        urls: ``{url}/{name}`` of every shard, in sample order.
+        digests: the index itself, as a dict: ``TarShards(urls, digests=digests)``
+            checks each shard's size and SHA-256 against it.
+        num_samples: samples in all shards; keys run from 0 to ``num_samples - 1``.
+    """
+
+    urls: list[str]
+    digests: dict[str, Any]
+    num_samples: int
+
+
+def read_shards(url: str, *, prefix: str = "train", retries: int = 5) -> Shards:
+    """Fetches ``{url}/{prefix}-index.json`` and returns its shard URLs and digests.
+
+    Raises:
+        ShardError: the index is not one written by :func:`write_shards`.
+        FetchError: the index could not be downloaded.
+
+    Example:
+        >>> import tempfile
+        >>> from dataecho.demo.remote import ShardServer
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_shards(np.zeros((3, 2, 2), np.uint8), np.arange(3), root, shard_size=2)
+        >>> with ShardServer(root) as server:
+        ...     shards = read_shards(server.url)
+        >>> [u.rsplit("/", 1)[-1] for u in shards.urls], shards.num_samples
+        (['train-00000.tar', 'train-00001.tar'], 3)
+    """
+    base, name = url.rstrip("/"), f"{prefix}-index.json"
+    data = fetch(f"{base}/{name}", retries=retries)
+    listed = read_index(data, name)
+    return Shards([f"{base}/{shard}" for shard, _ in listed], json.loads(data),
+                  sum(count for _, count in listed))
+
+
+def decode_sample(sample: dict[str, Any]) -> tuple[np.ndarray, int, int]:
+    """``(image, label, index)`` of one sample read by :class:`dataecho.TarShards`.
+
+    The decode of the demo's stream, ``Map(TarShards(...), decode_sample)``: the index
+    is the sample's position in the data set (its key), so ``epoch * num_samples +
+    index`` names a fresh example.
+
+    Raises:
+        ShardError: the sample lacks its image or label, or the image does not decode;
+            the message names the sample's key and its shard.
+
+    Example:
+        >>> from dataecho.demo.remote import encode_image
+        >>> image = encode_image(np.full((2, 2), 9, np.uint8))
+        >>> x, label, index = decode_sample({"__key__": "00000007", "__url__": "s.tar",
+        ...                                  "png": image, "cls": b"3"})
+        >>> x.tolist(), label, index
+        ([[9, 9], [9, 9]], 3, 7)
+    """
+    key, data, label = image_and_label(sample)
+    try:
+        image = decode_image(data)
+    except ValueError as error:
+        raise ShardError(
+            f"decode_sample: the image of sample {key!r} in shard {sample['__url__']!r} does "
+            f"not decode ({error}); the shard is damaged: write it again with write_shards"
+        ) from error
+    return image, label, int(key.rsplit("/", 1)[-1])

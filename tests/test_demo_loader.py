@@ -1,0 +1,123 @@
+"""The demo's stream and arms: TarShards + decode_sample, EchoDataset, EchoBatches."""
+
+import runpy
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the demo's loaders are DataLoaders")
+
+from dataecho import Echo, Map, Shuffle, TarShards
+from dataecho.demo.augment import CropFlip
+from dataecho.demo.remote import ShardError, ShardServer, decode_sample, read_shards, write_shards
+from helpers.checkpoint import assert_restores_everywhere
+
+pytestmark = pytest.mark.torch
+
+N, SHARD = 22, 4  # six shards, the last one short
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    images = (np.arange(N * 16) % 251).astype(np.uint8).reshape(N, 4, 4)
+    write_shards(images, np.arange(N) % 10, root, shard_size=SHARD)
+    with ShardServer(root) as server:
+        yield server.url
+
+
+def stream(url, **kwargs):
+    shards = read_shards(url)
+    return Map(TarShards(shards.urls, digests=shards.digests, **kwargs), decode_sample)
+
+
+def test_the_stream_reads_every_sample_once_per_epoch_with_labels_pixels_and_index(url):
+    shards = read_shards(url)
+    assert shards.num_samples == N and len(shards.urls) == 6
+    samples = list(stream(url, num_epochs=2, seed=3))
+    for epoch in (samples[:N], samples[N:]):
+        assert sorted(index for _, _, index in epoch) == list(range(N))
+    for image, label, index in samples:
+        assert label == index % 10
+        want = np.arange(index * 16, index * 16 + 16).reshape(4, 4) % 251
+        assert image.tolist() == want.tolist()
+
+
+def test_restore_inside_echo_augment_shuffle_yields_the_rest(url):
+    def make():
+        return Shuffle(Map(Echo(stream(url, seed=4), 2.5, seed=1), CropFlip(pad=1), seed=2), 7,
+                       seed=3)
+
+    outputs = assert_restores_everywhere(make, every=3)
+    assert len({index for _, _, index in outputs}) == N
+
+
+def test_an_image_that_does_not_decode_names_its_sample_and_shard():
+    sample = {"__key__": "00000004", "__url__": "http://host/train-00001.tar",
+              "png": b"not a png", "cls": b"4"}
+    with pytest.raises(ShardError, match=r"sample '00000004' in shard "
+                                         r"'http://host/train-00001\.tar' does not decode"):
+        decode_sample(sample)
+
+
+@pytest.mark.parametrize("factor, variant", [(1.0, "before_augmentation"),
+                                             (2.0, "before_augmentation"),
+                                             (2.0, "after_augmentation"), (2.0, "batch")])
+def test_two_workers_train_on_every_example_of_an_epoch_factor_times(url, factor, variant):
+    from dataecho.demo.loader import make_loader
+    from dataecho.demo.train import EpochBatches
+
+    # Each worker reads three of the six shards: 12 or 10 examples, whole batches of 2.
+    arm = make_loader(url, factor=factor, variant=variant, batch_size=2, buffer_size=4,
+                      num_workers=2)
+    assert arm.num_samples == N
+    epochs = EpochBatches(arm.loader, arm.num_samples)
+    uids = []
+    while epochs.epoch < 2:
+        _, got = next(epochs)
+        assert len(got) == 2  # every batch full
+        uids += got
+    epochs.close()
+    per_epoch = int(factor * N)
+    assert len(uids) == 2 * per_epoch + 2  # and the first batch of epoch 2
+    counts = np.bincount(uids[: 2 * per_epoch], minlength=2 * N)
+    assert counts.tolist() == [factor] * (2 * N)  # every fresh example, factor times
+    del arm, epochs
+
+
+def test_the_arms_show_the_public_objects_they_are_made_of(url):
+    from dataecho.demo.loader import make_loader
+
+    baseline = make_loader(url, batch_size=2, buffer_size=4, num_workers=0).pipeline
+    auto = make_loader(url, factor="auto", batch_size=2, buffer_size=4, num_workers=0).pipeline
+    batches = make_loader(url, factor="auto", variant="batch", batch_size=2, buffer_size=8,
+                          num_workers=0).pipeline
+    assert baseline.startswith("DataLoader(EchoDataset(Map(TarShards(<6 urls: ")
+    assert "fn=decode_sample), echo='before_augmentation', factor=1.0, " in baseline
+    assert "augment=CropFlip(pad=2)" in baseline and "drop_last=True" in baseline
+    assert "factor=Auto(max_factor=4, buffer_size=4)" in auto
+    assert batches.startswith("EchoBatches(DataLoader(EchoDataset(") and batches.endswith(
+        "factor=Auto(max_factor=4, buffer_size=8), seed=0, clone=False)")
+
+
+def test_crop_flip_keeps_pixels_label_and_index_and_varies_with_the_generator():
+    image = np.arange(1, 37, dtype=np.uint8).reshape(6, 6)
+    augment = CropFlip(pad=2)
+    views = [augment((image, 3, 7), np.random.default_rng(k)) for k in range(20)]
+    assert all(x.shape == (6, 6) and x.dtype == np.uint8 and (y, u) == (3, 7)
+               for x, y, u in views)
+    assert len({x.tobytes() for x, _, _ in views}) > 5
+    assert all(set(x.ravel()) <= set(image.ravel()) | {0} for x, _, _ in views)
+    with pytest.raises(ValueError, match="pad must be"):
+        CropFlip(pad=-1)
+
+
+def test_the_remote_shards_example_resumes_without_losing_an_image_and_leaves_no_shards(
+        capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its temporary shards go
+    example = Path(__file__).parent.parent / "examples" / "remote_shards.py"
+    runpy.run_path(str(example), run_name="__main__")
+    assert "fresh images: 2000 of 2000" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # the shard folder is removed, every run
