@@ -72,7 +72,8 @@ def pipeline(
             ``Map(augment)`` after it augments every copy anew.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches for example echoing, none (1) for batch echoing, where each item is
-            a whole batch. 1 disables the post-echo shuffle. With ``Auto`` the adaptive
+            a whole batch, and for ``echo=None`` (the baseline: given, the window stands
+            after the augmentation). 1 disables the post-echo shuffle. With ``Auto`` the adaptive
             stage's own buffer spreads copies (``Auto(buffer_size=...)``) and this is an
             error.
         drop_last: drop a final partial batch.
@@ -122,6 +123,9 @@ def pipeline(
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     seed = check_seed(seed)
+    # The baseline (echo=None) shuffles only when asked: a window after augmentation,
+    # as the echo variants have after their echo stage.
+    baseline_window = echo is None and buffer_size is not None
     if buffer_size is None:
         example_level = echo in ("before_augmentation", "after_augmentation")
         buffer_size = 10 * (batch_size or 100) if example_level else 1
@@ -155,7 +159,8 @@ def pipeline(
         stage = Map(stage, augment, seed=sub(_rng.AUGMENT_KEY))
     if echo == "after_augmentation":
         stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
-    if echo in ("before_augmentation", "after_augmentation") and buffer_size > 1:
+    example_level = echo in ("before_augmentation", "after_augmentation")
+    if (example_level or baseline_window) and buffer_size > 1:
         stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
     if batch_size is None:
         return stage

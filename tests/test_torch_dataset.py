@@ -500,3 +500,13 @@ def test_restoring_at_every_batch_boundary_of_a_plain_dataloader_resumes_exactly
                                   calls_set_epoch)
         assert same(resumed, rows[k + 1:]), (k, state["epoch"])
         assert restored.stats() == ds.stats()
+
+
+def test_the_baseline_keeps_the_shuffle_window_the_echo_arms_have():
+    def order(buffer_size):
+        ds = EchoDataset(list(range(40)), factor=1, buffer_size=buffer_size, shuffle=False)
+        return [int(x) for b in DataLoader(ds, batch_size=8) for x in b]
+
+    assert order(1) == list(range(40))
+    windowed = order(8)
+    assert sorted(windowed) == list(range(40)) and windowed != list(range(40))

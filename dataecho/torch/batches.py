@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from .._checks import check_bool, check_reiterable, check_seed, check_size
@@ -82,26 +83,19 @@ class EchoBatches:
         self.clone = check_bool(clone, "clone")
         self.check_inplace = check_bool(check_inplace, "check_inplace")
         self.size = check_size(size) or batch_size_of
-        self._loop = Epochs(self._make_echo)
+        # A function of the parameters, not a bound method: a loop holding this object
+        # would make a reference cycle, and a wrapped DataLoader's persistent workers
+        # would then live until the garbage collector runs.
+        self._loop = Epochs(partial(_make_echo, self.loader, self.factor, self.seed,
+                                    self.size))
 
     @property
     def epoch(self) -> int:
         """The epoch the current or next iteration reads."""
         return self._loop.epoch
 
-    def _make_echo(self, epoch: int) -> Stage[Any]:
-        upstream, seed = as_stage(self.loader), derive_seed(self.seed, epoch)
-        if isinstance(self.factor, Auto):
-            return AdaptiveEcho(upstream, max_factor=self.factor.max_factor, seed=seed,
-                                size=self.size, agree=self.factor.agree,
-                                buffer_size=self._echo_buffer())
-        return Echo(upstream, self.factor, seed=seed, size=self.size)
-
     def _echo_buffer(self) -> int:
-        auto = self.factor
-        if isinstance(auto, Auto) and auto.buffer_size is not None:
-            return auto.buffer_size
-        return DEFAULT_BUFFER
+        return _echo_buffer(self.factor)
 
     def __len__(self) -> int:
         if isinstance(self.factor, Auto):
@@ -215,6 +209,21 @@ class EchoBatches:
     def __repr__(self) -> str:
         return (f"EchoBatches(<{type(self.loader).__name__}>, factor={self.factor!r}, "
                 f"seed={self.seed!r}, clone={self.clone!r})")
+
+
+def _make_echo(loader: Iterable[Any], factor: float | Auto, seed: int,
+               size: Callable[[Any], int], epoch: int) -> Stage[Any]:
+    upstream, epoch_seed = as_stage(loader), derive_seed(seed, epoch)
+    if isinstance(factor, Auto):
+        return AdaptiveEcho(upstream, max_factor=factor.max_factor, seed=epoch_seed,
+                            size=size, agree=factor.agree, buffer_size=_echo_buffer(factor))
+    return Echo(upstream, factor, seed=epoch_seed, size=size)
+
+
+def _echo_buffer(factor: float | Auto) -> int:
+    if isinstance(factor, Auto) and factor.buffer_size is not None:
+        return factor.buffer_size
+    return DEFAULT_BUFFER
 
 
 class _EpochHook:

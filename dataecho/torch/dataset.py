@@ -178,15 +178,17 @@ class EchoDataset(IterableDataset[Any]):
             if self.rank is not None and self.world_size is not None:
                 Source.check_shards(len(dataset), self.rank, self.world_size,  # type: ignore[arg-type]
                                     drop_remainder)
-        self.kwargs: dict[str, Any] = dict(augment=augment, echo=echo, factor=factor,
-                                           batch_size=None, seed=seed)
+        # factor 1 is the baseline: no echo stage, the same shuffle window.
+        self.kwargs: dict[str, Any] = dict(
+            augment=augment, echo=None if factor == 1 else echo,
+            factor=None if factor == 1 else factor, batch_size=None, seed=seed)
         if not isinstance(factor, Auto):
             self.kwargs["buffer_size"] = check_positive_int(
                 1000 if buffer_size is None else buffer_size, "buffer_size")
         if not self.stream:
             self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
         self.dataset = dataset
-        self._repr = _describe(dataset, self.kwargs)
+        self._repr = _describe(dataset, {**self.kwargs, "echo": echo, "factor": factor})
         self._epochs = EpochCounter()
         self._started = 0  # iterations begun by this copy of the object
         self._pipe: Counted | None = None
@@ -421,8 +423,8 @@ def _reader_for(stream: object, shard_index: int, num_shards: int, epoch: int, *
 def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
     """The repr's arguments, without building a pipeline (a Source holds a permutation)."""
     size = f" of {len(dataset)}" if hasattr(dataset, "__len__") else ""
-    args = [f"<{type(dataset).__name__}{size}>", f"echo={kwargs['echo']!r}",
-            f"factor={kwargs['factor']!r}"]
+    head = repr(dataset) if isinstance(dataset, Stage) else f"<{type(dataset).__name__}{size}>"
+    args = [head, f"echo={kwargs['echo']!r}", f"factor={kwargs['factor']!r}"]
     if kwargs["augment"] is not None:
         args.append(f"augment={fn_name(kwargs['augment'])}")
     if "buffer_size" in kwargs:
