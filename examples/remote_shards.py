@@ -15,8 +15,8 @@ from typing import Any
 
 from dataecho import Echo, Map, Shuffle, TarShards
 from dataecho.datasets import load_fashion_mnist
-from dataecho.demo.augment import CropFlip
-from dataecho.demo.remote import ShardServer, decode_sample, read_shards, write_shards
+from dataecho.demo.augment import PaddedDecode, crop_flip
+from dataecho.demo.remote import ShardServer, read_shards, write_shards
 
 
 def pipeline(url: str) -> Shuffle[Any]:
@@ -24,8 +24,8 @@ def pipeline(url: str) -> Shuffle[Any]:
     # augmentation, so each of the 3 copies gets its own crop and flip; the shuffle
     # window then spreads the copies over 4 batches' worth of examples.
     shards = read_shards(url)  # the shard URLs and their digests, from the served index
-    stream = Map(TarShards(shards.urls, seed=0, digests=shards.digests), decode_sample)
-    return Shuffle(Map(Echo(stream, factor=3, seed=1), CropFlip(pad=2), seed=2), 512, seed=3)
+    stream = Map(TarShards(shards.urls, seed=0, digests=shards.digests), PaddedDecode(pad=2))
+    return Shuffle(Map(Echo(stream, factor=3, seed=1), crop_flip(pad=2), seed=2), 512, seed=3)
 
 
 def main() -> None:

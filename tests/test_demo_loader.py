@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="the demo's loaders are DataLoaders")
 
 from dataecho import Echo, Map, Shuffle, TarShards
-from dataecho.demo.augment import CropFlip
+from dataecho.demo.augment import PaddedDecode, crop_flip
 from dataecho.demo.remote import ShardError, ShardServer, decode_sample, read_shards, write_shards
 from helpers.checkpoint import assert_restores_everywhere
 
@@ -47,7 +47,7 @@ def test_the_stream_reads_every_sample_once_per_epoch_with_labels_pixels_and_ind
 
 def test_restore_inside_echo_augment_shuffle_yields_the_rest(url):
     def make():
-        return Shuffle(Map(Echo(stream(url, seed=4), 2.5, seed=1), CropFlip(pad=1), seed=2), 7,
+        return Shuffle(Map(Echo(stream(url, seed=4), 2.5, seed=1), crop_flip(pad=0), seed=2), 7,
                        seed=3)
 
     outputs = assert_restores_everywhere(make, every=3)
@@ -95,23 +95,23 @@ def test_the_arms_show_the_public_objects_they_are_made_of(url):
     batches = make_loader(url, factor="auto", variant="batch", batch_size=2, buffer_size=8,
                           num_workers=0).pipeline
     assert baseline.startswith("DataLoader(EchoDataset(Map(TarShards(<6 urls: ")
-    assert "fn=decode_sample), echo='before_augmentation', factor=1.0, " in baseline
-    assert "augment=CropFlip(pad=2)" in baseline and "drop_last=True" in baseline
+    assert "fn=PaddedDecode(pad=2)), echo='before_augmentation', factor=1.0, " in baseline
+    assert "augment=CropFlip(size=None, pad=2, flip=True)" in baseline
+    assert "drop_last=True" in baseline
     assert "factor=Auto(max_factor=4, buffer_size=4)" in auto
     assert batches.startswith("EchoBatches(DataLoader(EchoDataset(") and batches.endswith(
         "factor=Auto(max_factor=4, buffer_size=8), seed=0, clone=False)")
 
 
 def test_crop_flip_keeps_pixels_label_and_index_and_varies_with_the_generator():
-    image = np.arange(1, 37, dtype=np.uint8).reshape(6, 6)
-    augment = CropFlip(pad=2)
+    image = np.pad(np.arange(1, 37, dtype=np.uint8).reshape(6, 6), 2)  # as PaddedDecode pads
+    augment = crop_flip(pad=2)
     views = [augment((image, 3, 7), np.random.default_rng(k)) for k in range(20)]
-    assert all(x.shape == (6, 6) and x.dtype == np.uint8 and (y, u) == (3, 7)
-               for x, y, u in views)
+    assert all(x.shape == (6, 6) and x.dtype == np.uint8 and (y, u) == (3, 7) for x, y, u in views)
     assert len({x.tobytes() for x, _, _ in views}) > 5
-    assert all(set(x.ravel()) <= set(image.ravel()) | {0} for x, _, _ in views)
+    assert all(set(x.ravel()) <= set(image.ravel()) for x, _, _ in views)
     with pytest.raises(ValueError, match="pad must be"):
-        CropFlip(pad=-1)
+        PaddedDecode(pad=-1)
 
 
 def test_the_remote_shards_example_resumes_without_losing_an_image_and_leaves_no_shards(

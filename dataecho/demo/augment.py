@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+
+from ..experiments.augment import CropFlip
+from .remote import decode_sample
 
 # Pixel mean and standard deviation of the Fashion-MNIST training images (0..1 scale).
 MEAN, STD = 0.2860, 0.3530
@@ -24,45 +29,44 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
     return ((images.float() * (1 / 255) - MEAN) * (1 / STD)).unsqueeze(1)
 
 
-class CropFlip:
-    """Random crop of the zero-padded image plus a horizontal flip with probability 1/2.
+class PaddedDecode:
+    """The demo's decode: ``decode_sample``, then the image zero-padded by ``pad`` pixels.
 
-    Called as ``fn(example, rng)`` on ``(image, label, index)`` (what
-    ``decode_sample`` gives): as ``EchoDataset(augment=...)``, the generator is keyed by
-    the copy's position, so echoing before augmentation gives every copy of an example
-    its own crop and flip (the paper's best variant).
+    Padding once per fresh example, in the decode, lets the shared
+    :class:`dataecho.experiments.augment.CropFlip` crop every echoed copy with a slice.
 
     Args:
-        pad: pixels of zero padding on each side; the crop shifts by up to ``pad``.
+        pad: pixels of zero padding on each side, the crop's largest shift.
 
     Example:
-        >>> image = np.arange(16, dtype=np.uint8).reshape(4, 4)
-        >>> x, label, index = CropFlip(pad=0)((image, 3, 7), np.random.default_rng(0))
-        >>> x.tolist() == image.tolist() or x.tolist() == image[:, ::-1].tolist(), label, index
-        (True, 3, 7)
+        >>> from dataecho.demo.remote import encode_image
+        >>> sample = {"__key__": "00000007", "__url__": "s.tar", "png": encode_image(
+        ...     np.zeros((4, 4), np.uint8)), "cls": b"3"}
+        >>> image, label, index = PaddedDecode(pad=2)(sample)
+        >>> image.shape, label, index
+        ((8, 8), 3, 7)
     """
 
     def __init__(self, pad: int = 2) -> None:
         if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 8:
             raise ValueError(f"pad must be an int in [0, 8] pixels, got {pad!r}; pass pad=2")
         self.pad = pad
-        self.__qualname__ = f"CropFlip(pad={pad})"  # what Map's repr shows
+        self.__qualname__ = f"PaddedDecode(pad={pad})"  # what Map's repr shows
 
-    def __call__(self, example: Example, rng: np.random.Generator) -> Example:
-        image, label, index = example
+    def __call__(self, sample: dict[str, Any]) -> Example:
+        image, label, index = decode_sample(sample)
         p = self.pad
-        h, w = image.shape[:2]
-        # One draw for all three decisions: each numpy call costs microseconds, and this
-        # runs once per echoed copy.
-        u = rng.random(3)
-        dy, dx = int(u[0] * (2 * p + 1)) - p, int(u[1] * (2 * p + 1)) - p
-        # The crop of the zero-padded image, without building the padded image.
-        out = np.zeros_like(image)
-        out[max(0, -dy) : h - max(0, dy), max(0, -dx) : w - max(0, dx)] = (
-            image[max(0, dy) : h - max(0, -dy), max(0, dx) : w - max(0, -dx)])
-        if u[2] < 0.5:
-            out = np.ascontiguousarray(out[:, ::-1])
-        return out, int(label), int(index)
+        return np.pad(image, ((p, p), (p, p))) if p else image, label, index
 
     def __repr__(self) -> str:
         return self.__qualname__
+
+
+def crop_flip(pad: int = 2) -> CropFlip:
+    """The shared augmentation for the demo's images, padded by ``pad`` in the decode.
+
+    Example:
+        >>> crop_flip()
+        CropFlip(size=None, pad=2, flip=True)
+    """
+    return CropFlip(None, pad, flip=True)

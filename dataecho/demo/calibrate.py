@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .augment import CropFlip
+from .augment import crop_flip
 from .train import Step
 
 
@@ -49,11 +49,11 @@ def time_step(step: Step, images: np.ndarray, labels: np.ndarray, *, batch_size:
         >>> time_step(step, x, y, batch_size=32, steps=2) > 0
         True
     """
-    rng, augment = np.random.default_rng(seed), CropFlip()
+    rng, augment = np.random.default_rng(seed), crop_flip(2)
     times = []
     for k in range(steps + 3):
         pick = rng.integers(0, len(images), batch_size)
-        crops = [augment((images[i], int(labels[i]), 0), rng)[0] for i in pick]
+        crops = [augment((np.pad(images[i], 2), int(labels[i]), 0), rng)[0] for i in pick]
         batch = (torch.from_numpy(np.stack(crops)), torch.from_numpy(labels[pick]), None)
         began = time.perf_counter()
         step(batch)

@@ -1,10 +1,10 @@
 """The demo's arms, built from the public pieces a user would write.
 
-Every arm reads the same stream, ``Map(TarShards(urls, digests=index), decode_sample)``:
+Every arm reads the same stream, ``Map(TarShards(urls, digests=index), PaddedDecode(pad))``:
 the served shards, checked against the index's digests and decoded, split by whole
 shards between the DataLoader workers. What differs is where the echo stands:
 
-- baseline: ``EchoDataset(stream, augment=CropFlip(pad), factor=1)``;
+- baseline: ``EchoDataset(stream, augment=crop_flip(pad), factor=1)``;
 - example echoing: ``EchoDataset(stream, augment=..., echo=variant, factor=e,
   buffer_size=...)``, or ``factor=Auto(buffer_size=...)`` (adaptive: decided in each
   worker, copies augmented in the worker);
@@ -27,8 +27,8 @@ from ..map import Map
 from ..pipeline import VARIANTS
 from ..tarshards import TarShards
 from ..torch import EchoBatches, EchoDataset
-from .augment import CropFlip
-from .remote import decode_sample, read_shards
+from .augment import PaddedDecode, crop_flip
+from .remote import read_shards
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
 
@@ -117,7 +117,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     factor = check_arm(factor, variant)
     shards = read_shards(url)
     stream = Map(TarShards(shards.urls, seed=seed, digests=shards.digests, prefetch=prefetch),
-                 decode_sample)
+                 PaddedDecode(pad))
     examples = variant != "batch" and factor != 1.0  # echoed in the workers
     in_workers: float | Auto = 1.0
     window: int | None = buffer_size
@@ -125,7 +125,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         in_workers, window = Auto(buffer_size=buffer_size), None
     elif examples:
         in_workers = float(factor)
-    dataset = EchoDataset(stream, augment=CropFlip(pad), factor=in_workers,
+    dataset = EchoDataset(stream, augment=crop_flip(pad), factor=in_workers,
                           echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
                           buffer_size=window, seed=seed)
     windowed = examples and factor != "auto"
