@@ -110,25 +110,17 @@ def model() -> torch.nn.Module:
 
 def train_loop(raw: dict[str, Any]) -> None:
     """Runs on each Ray Train worker: one DDP rank, epochs up to ``raw["until"]``."""
-    until = raw.pop("until")
-    config = Config(**raw)
+    config = Config(**{k: v for k, v in raw.items() if k != "until"})
     rank, world = ray.train.get_context().get_world_rank(), config.workers
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     net = model()
     ddp = prepare_model(net)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=config.lr, momentum=0.9)
     start, total, resumed = 0, EchoStats(0, 0, 0, 0, 0), None
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint = ray.train.get_checkpoint()  # the latest one of this run name, if any
     if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            weights = torch.load(Path(folder) / "model.pt", weights_only=True)
-            state = json.loads((Path(folder) / "counts.json").read_text())
-        net.load_state_dict(weights["model"])
-        optimizer.load_state_dict(weights["optimizer"])
-        start = state["epoch"] + 1
-        total = EchoStats(**state["ranks"][rank]["total"])
-        resumed = sum(r["total"]["fresh_examples"] for r in state["ranks"])
-    for epoch in range(start, until):
+        start, total, resumed = restore(checkpoint, net, optimizer, rank)
+    for epoch in range(start, raw["until"]):
         shard = ray.train.get_dataset_shard(f"epoch{epoch}")
         batches = CountCopies(shard.iter_torch_batches(
             batch_size=config.batch_size, local_shuffle_buffer_size=config.shuffle_buffer,
@@ -144,38 +136,54 @@ def train_loop(raw: dict[str, Any]) -> None:
         ranks: list[Any] = [None] * world
         dist.all_gather_object(ranks, {"total": asdict(total), "steps": batches.batches,
                                        "count_copies": batches.state_dict()})
-        summed = torch.tensor([float(loss)] + [getattr(total, f.name) for f in fields(total)],
-                              dtype=torch.float64)
-        dist.all_reduce(summed)
-        metrics = {"epoch": epoch, "loss": summed[0].item() / world,
-                   "steps": [r["steps"] for r in ranks], "resumed_fresh": resumed,
-                   "total": [int(v) for v in summed[1:].tolist()]}
-        with tempfile.TemporaryDirectory() as folder:
-            saved = None
-            if rank == 0:  # one copy of the weights and of every rank's counts
-                torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict()},
-                           Path(folder) / "model.pt")
-                (Path(folder) / "counts.json").write_text(
-                    json.dumps({"epoch": epoch, "ranks": ranks}))
-                saved = Checkpoint.from_directory(folder)
-            ray.train.report(metrics, checkpoint=saved)
+        losses = [float(loss)] * world
+        dist.all_gather_object(losses, float(loss))
+        summed = sum((EchoStats(**r["total"]) for r in ranks), EchoStats(0, 0, 0, 0, 0))
+        metrics = {"epoch": epoch, "loss": sum(losses) / world, "resumed_fresh": resumed,
+                   "steps": [r["steps"] for r in ranks], "total": asdict(summed)}
+        save(net, optimizer, {"epoch": epoch, "ranks": ranks}, metrics, rank)
+
+
+def restore(checkpoint: Checkpoint, net: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            rank: int) -> tuple[int, EchoStats, int]:
+    """Loads weights and this rank's counts: (next epoch, counts so far, job's fresh)."""
+    with checkpoint.as_directory() as folder:
+        weights = torch.load(Path(folder) / "model.pt", weights_only=True)
+        state = json.loads((Path(folder) / "counts.json").read_text())
+    net.load_state_dict(weights["model"])
+    optimizer.load_state_dict(weights["optimizer"])
+    fresh = sum(r["total"]["fresh_examples"] for r in state["ranks"])
+    return state["epoch"] + 1, EchoStats(**state["ranks"][rank]["total"]), fresh
+
+
+def save(net: torch.nn.Module, optimizer: torch.optim.Optimizer, counts: dict[str, Any],
+         metrics: dict[str, Any], rank: int) -> None:
+    """Reports the epoch; rank 0 adds one checkpoint holding every rank's counts."""
+    with tempfile.TemporaryDirectory() as folder:
+        saved = None
+        if rank == 0:
+            torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict()},
+                       Path(folder) / "model.pt")
+            (Path(folder) / "counts.json").write_text(json.dumps(counts))
+            saved = Checkpoint.from_directory(folder)
+        ray.train.report(metrics, checkpoint=saved)  # a barrier: every rank calls it
 
 
 def fit(config: Config, storage: str, until: int) -> ray.train.Result:
+    rows = source(config)
     trainer = TorchTrainer(
         train_loop, train_loop_config={**asdict(config), "until": until},
         scaling_config=ScalingConfig(num_workers=config.workers, use_gpu=False),
         # One dataset per epoch: each epoch's copies get their own augmentation (and,
         # with a fractional factor, echo_rows(epoch=...) puts the extra copies elsewhere).
-        datasets={f"epoch{e}": pipeline(source(config), e, config)
-                  for e in range(config.epochs)},
+        datasets={f"epoch{e}": pipeline(rows, e, config) for e in range(config.epochs)},
         # The same name and storage: a second fit() resumes from the latest checkpoint.
         run_config=RunConfig(name="ray_train_echo", storage_path=storage))
     return trainer.fit()
 
 
 def show(metrics: dict[str, Any], workers: int) -> EchoStats:
-    stats = EchoStats(*metrics["total"])
+    stats = EchoStats(**metrics["total"])
     steps = metrics["steps"]
     print(f"epoch {metrics['epoch']}: {', '.join(map(str, steps))} steps on the {workers} "
           f"ranks; loss {metrics['loss']:.3f}; {stats}")
