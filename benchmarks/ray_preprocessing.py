@@ -4,16 +4,18 @@ Usage: python benchmarks/ray_preprocessing.py [--repeats 5] [--steps 96]
 
 The pipeline is Ray Data's: PNG images in the object store -> decode (PIL) and resize
 -> ``echo_rows(factor)`` -> augmentation (random shift and flip), the three maps fused
-into one Ray Data operator whose ``concurrency`` is the number of CPUs preprocessing
-gets (one task per CPU). The images are Fashion-MNIST stored as 224x224 PNGs (upscaled,
-as image buckets hold photos larger than the model's input) and decoded back to 28x28,
-so decoding costs a fixed, measured CPU time per fresh row. The trainer, in the driver,
-takes ``steps`` steps of ``batch_size`` rows at a fixed step time (a sleep, so it uses
-no CPU) and records the time it waits for batches: the stall fraction.
+into one Ray Data operator; the local Ray cluster is started with ``num_cpus`` = the
+CPUs preprocessing gets (one task per CPU). The images are Fashion-MNIST stored as
+224x224 PNGs (upscaled, as image buckets hold photos larger than the model's input) and
+decoded back to 28x28, so decoding costs a fixed, measured CPU time per fresh row. The
+trainer, in the driver, takes ``steps`` steps of ``batch_size`` rows at a fixed step
+time (a sleep, so it uses no CPU) and records the time it waits for batches: the stall fraction.
 
 For each factor (1 = no echoing, 2, 4) and each CPU count the run records the stall and
 the preprocessing CPU time per step (``time.thread_time`` in the maps, carried in the
-rows to the trainer). "CPUs needed" is the fewest CPUs whose median stall stays below
+rows to the trainer) and the decode tasks' wall time over the trial's, the parallelism
+Ray Data reached (its per-operator resource reservation is off: on a 2-CPU cluster it
+kept one task in flight). "CPUs needed" is the fewest CPUs whose median stall stays below
 5%; "CPU demand" is preprocessing CPU-seconds per trainer second, the fractional count
 a perfectly packed pool would need. The step time is set from a calibration in the same
 run so that factor 1 needs about 1.4 CPUs: on a 2-core machine the grid of 1 and 2 CPUs
@@ -68,13 +70,14 @@ def encode(images: np.ndarray) -> list[bytes]:
 
 
 def decode(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    start = time.thread_time()
+    start, wall = time.thread_time(), time.perf_counter()
     k = SIDE // 28
     images = np.stack([np.asarray(Image.open(io.BytesIO(png))) for png in batch["png"]])
     small = images.reshape(len(images), 28, k, 28, k).mean(axis=(2, 4), dtype=np.float32)
     cost = np.full(len(images), (time.thread_time() - start) / len(images))
+    busy = np.full(len(images), (time.perf_counter() - wall) / len(images))
     return {"id": batch["id"], "image": small / 255.0, "label": batch["label"],
-            "decode_cpu": cost}
+            "decode_cpu": cost, "decode_wall": busy}
 
 
 def augment(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -89,36 +92,38 @@ def augment(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**batch, "image": images, "augment_cpu": cost}
 
 
-def pipeline(blocks: list[Any], factor: int, cpus: int) -> Any:
-    # The same concurrency on the three maps lets Ray Data fuse them into one operator.
+def pipeline(blocks: list[Any], factor: int) -> Any:
+    # Three task-based maps with the same arguments: Ray Data fuses them into one operator.
     ds = ray.data.from_arrow_refs(blocks)
-    ds = ds.map_batches(decode, batch_format="numpy", batch_size=None, concurrency=cpus)
-    ds = echo_rows(ds, factor, batch_size=None, concurrency=cpus)
-    return ds.map_batches(augment, batch_format="numpy", batch_size=None, concurrency=cpus)
+    ds = ds.map_batches(decode, batch_format="numpy", batch_size=None)
+    ds = echo_rows(ds, factor, batch_size=None)
+    return ds.map_batches(augment, batch_format="numpy", batch_size=None)
 
 
 def trial(blocks: list[Any], factor: int, cpus: int, step_time: float,
           config: Config) -> dict[str, Any]:
     fresh_blocks = -(-config.steps // factor)
-    ds = pipeline(blocks[:fresh_blocks], factor, cpus)
+    ds = pipeline(blocks[:fresh_blocks], factor)
     batches = CountCopies(ds.iter_batches(batch_size=config.batch_size, prefetch_batches=2),
                           drop=False)
-    waited, cpu, steps = 0.0, 0.0, 0
+    waited, cpu, busy, steps = 0.0, 0.0, 0.0, 0
     start = time.perf_counter()
     while steps < config.steps:
         before = time.perf_counter()
         batch = next(batches)
         if steps == config.warmup:
-            start, waited = before, 0.0
+            start, waited, busy = before, 0.0, 0.0
         waited += time.perf_counter() - before
         fresh = batch[COPY_COLUMN] == 0
         cpu += float(batch["decode_cpu"][fresh].sum() + batch["augment_cpu"].sum())
+        busy += float(batch["decode_wall"][fresh].sum())
         time.sleep(step_time)  # the accelerator's step
         steps += 1
     wall = time.perf_counter() - start
     del batches  # stops the rest of the pipeline
     return {"factor": factor, "cpus": cpus, "stall": waited / wall,
-            "cpu_per_step": cpu / steps, "demand": cpu / steps / step_time}
+            "cpu_per_step": cpu / steps, "demand": cpu / steps / step_time,
+            "decode_parallelism": busy / wall}
 
 
 def calibrate(pngs: list[bytes]) -> float:
@@ -136,12 +141,14 @@ def summary(trials: list[dict[str, Any]], config: Config) -> list[dict[str, Any]
         for cpus in config.cpus:
             mine = [t for t in trials if (t["factor"], t["cpus"]) == (factor, cpus)]
             stalls = [t["stall"] for t in mine]
+            parallel = statistics.median(t["decode_parallelism"] for t in mine)
             demand = [t["demand"] for t in mine]
             rows.append({"factor": factor, "cpus": cpus,
                          "stall_median": statistics.median(stalls),
                          "stall_range": [min(stalls), max(stalls)],
                          "demand_median": statistics.median(demand),
-                         "demand_range": [min(demand), max(demand)]})
+                         "demand_range": [min(demand), max(demand)],
+                         "decode_parallelism_median": parallel})
     return rows
 
 
@@ -159,25 +166,30 @@ def main(config: Config) -> None:
     per_row = calibrate(pngs[:512])
     step_time = config.batch_size * per_row / config.target_cpus
     load_before = os.getloadavg()
-    ray.init(num_cpus=max(config.cpus) + 1, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        table = pa.table({"id": np.arange(n), "png": pa.array(pngs, pa.binary()),
-                          "label": labels[:n].astype(np.int64)})
-        blocks = [ray.put(table.slice(i, config.batch_size))
-                  for i in range(0, n, config.batch_size)]
-        trial(blocks, 1, max(config.cpus), step_time, config)  # starts the worker processes
-        trials = []
-        for repeat in range(config.repeats):
-            for factor in config.factors:
-                for cpus in config.cpus:
+    table = pa.table({"id": np.arange(n), "png": pa.array(pngs, pa.binary()),
+                      "label": labels[:n].astype(np.int64)})
+    trials = []
+    for cpus in config.cpus:  # one cluster per CPU count: its num_cpus is the budget
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        # Ray Data reserves half a small cluster's CPUs per operator, which held the fused
+        # map to one task in flight on 2 CPUs (parallelism 0.9, factor 1 starved).
+        context.op_resource_reservation_enabled = False
+        try:
+            blocks = [ray.put(table.slice(i, config.batch_size))
+                      for i in range(0, n, config.batch_size)]
+            trial(blocks, 1, cpus, step_time, config)  # starts the worker processes
+            for repeat in range(config.repeats):
+                for factor in config.factors:
                     t = trial(blocks, factor, cpus, step_time, config)
                     trials.append({**t, "repeat": repeat})
-                    print(f"repeat {repeat} factor {factor} cpus {cpus}: "
-                          f"stall {t['stall']:.1%}, demand {t['demand']:.2f} CPUs", flush=True)
-    finally:
-        ray.shutdown()
+                    print(f"cpus {cpus} repeat {repeat} factor {factor}: stall "
+                          f"{t['stall']:.1%}, demand {t['demand']:.2f} CPUs, decode "
+                          f"parallelism {t['decode_parallelism']:.2f}", flush=True)
+        finally:
+            ray.shutdown()
     report(config, trials, per_row, step_time, load_before, os.getloadavg())
 
 
@@ -193,7 +205,8 @@ def report(config: Config, trials: list[dict[str, Any]], per_row: float, step_ti
               "cpu_per_fresh_row_s": per_row, "step_time_s": step_time,
               "loadavg_before": load_before, "loadavg_after": load_after,
               "pipeline": "from_arrow_refs(PNG 224x224) -> map_batches(decode+resize) -> "
-                          "echo_rows(factor) -> map_batches(augment), concurrency=cpus",
+                          "echo_rows(factor) -> map_batches(augment), fused; "
+                          "ray.init(num_cpus=cpus)",
               "rows": rows, "trials": trials,
               "needed": {str(f): needed(rows, f, config) for f in config.factors},
               "demand": {str(f): d for f, d in demand.items()}}
@@ -209,12 +222,14 @@ def report(config: Config, trials: list[dict[str, Any]], per_row: float, step_ti
         f"{config.repeats} trials per cell, median [min, max]. Load average (1, 5, 15 min): "
         f"{', '.join(f'{x:.2f}' for x in load_before)} before, "
         f"{', '.join(f'{x:.2f}' for x in load_after)} after.", "",
-        "| factor | CPUs | stall | CPU demand (CPUs) |", "|---:|---:|---:|---:|"]
+        "| factor | CPUs | stall | CPU demand (CPUs) | decode parallelism |",
+        "|---:|---:|---:|---:|---:|"]
     for r in rows:
         lo, hi = r["stall_range"]
         dlo, dhi = r["demand_range"]
         lines.append(f"| {r['factor']} | {r['cpus']} | {r['stall_median']:.1%} "
-                     f"[{lo:.1%}, {hi:.1%}] | {r['demand_median']:.2f} [{dlo:.2f}, {dhi:.2f}] |")
+                     f"[{lo:.1%}, {hi:.1%}] | {r['demand_median']:.2f} [{dlo:.2f}, {dhi:.2f}] "
+                     f"| {r['decode_parallelism_median']:.2f} |")
     lines += ["", f"CPUs needed (fewest with median stall < {config.stall_limit:.0%}) and the "
               "ratio to factor 1:", "",
               "| factor | CPUs needed | ratio | CPU demand | ratio |", "|---:|---:|---:|---:|---:|"]
