@@ -6,7 +6,8 @@ its shard with ``ray.train.get_dataset_shard``. Each rank counts its fresh rows 
 ``CountCopies``; an all-reduce sums them. The first run stops after one epoch; a second
 ``TorchTrainer`` with the same run name resumes from its Ray Train checkpoint (model,
 optimizer, epoch, each rank's ``CountCopies`` state) and trains the second.
-Everything runs on a local Ray cluster bound to 127.0.0.1.
+Everything runs on a local Ray cluster whose node address is 127.0.0.1, so its processes
+reach each other over loopback; nothing is read from the network.
 Run: python examples/ray_train_echo.py (``--examples 60000`` for the whole training set).
 """
 
