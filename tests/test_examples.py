@@ -44,12 +44,22 @@ STATS = {
     "grain_jax.py": [
         r"186 steps: fresh 11,904 examples, emitted 23,808 \(factor 2\.000\); "
         r"test accuracy 0\.\d{3}"],
+    # Equal steps on both ranks; fresh rows summed over the ranks: 2,048 per epoch.
+    "ray_train_echo.py": [
+        r"epoch 0: 32, 32 steps on the 2 ranks; loss \d\.\d{3}; "
+        r"fresh 2,048 examples, emitted 4,096 \(factor 2\.000\)",
+        r"resumed from the epoch 0 checkpoint: fresh 2,048 examples before it",
+        r"epoch 1: 32, 32 steps on the 2 ranks; loss \d\.\d{3}; "
+        r"fresh 4,096 examples, emitted 8,192 \(factor 2\.000\)",
+        r"2 epochs on 2 ranks: fresh 4,096 examples = 2,048 x 2 epochs, emitted 8,192; "
+        r"test accuracy 0\.\d{3}"],
 }
 
 
 # JAX starts threads once it has a backend; a later os.fork() in this process (the
-# DataLoader workers of the torch tests) could then deadlock, so these run apart.
-OWN_PROCESS = {"grain_jax.py"}
+# DataLoader workers of the torch tests) could then deadlock, so these run apart; so
+# does the Ray cluster, whose driver threads and processes end with the example.
+OWN_PROCESS = {"grain_jax.py", "ray_train_echo.py"}
 
 
 def run_in_own_process(name):
@@ -68,7 +78,8 @@ def run_in_own_process(name):
     pytest.param("lightning_echo.py", marks=pytest.mark.torch),
     pytest.param("webdataset_echo.py", marks=pytest.mark.torch),
     pytest.param("hf_streaming_echo.py", marks=pytest.mark.torch),
-    "grain_jax.py"])
+    "grain_jax.py",
+    pytest.param("ray_train_echo.py", marks=pytest.mark.torch)])
 def test_example_runs_and_prints_its_stats(name, capsys, monkeypatch):
     if name.startswith("pytorch"):
         pytest.importorskip("torch")
@@ -85,6 +96,10 @@ def test_example_runs_and_prints_its_stats(name, capsys, monkeypatch):
     if name.startswith("grain"):
         pytest.importorskip("grain")
         pytest.importorskip("jax")
+    if name.startswith("ray_"):
+        pytest.importorskip("ray.train", reason="needs ray[data] and pydantic (dataecho[ray])")
+        pytest.importorskip("PIL", reason="needs pillow (dataecho[demo])")
+        pytest.importorskip("torch")
     if name in OWN_PROCESS:
         lines = run_in_own_process(name)
     else:
