@@ -319,3 +319,14 @@ def check_shard(shard_index: object, num_shards: object) -> tuple[int, int]:
             f"shard_index must be in [0, num_shards={count}), got {index}; pass "
             "rank * num_workers + worker_id")
     return index, count
+
+
+def check_epochs(num_epochs: object, epoch: object) -> tuple[int | None, int]:
+    """Returns ``(num_epochs, epoch)`` of a reader: epochs to read (None: forever), first one.
+
+    Example:
+        >>> check_epochs(None, 3)
+        (None, 3)
+    """
+    count = None if num_epochs is None else check_positive_int(num_epochs, "num_epochs")
+    return count, check_positive_int(epoch, "epoch", minimum=0)

@@ -8,7 +8,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed, check_shard, state_int
+from ._checks import (
+    check_bool,
+    check_epochs,
+    check_seed,
+    check_shard,
+    state_int,
+)
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -67,9 +73,7 @@ class Source(Stage[T]):
             raise ValueError("data is empty (len(data) == 0); pass a data set with examples")
         self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_seed(seed)
-        self.num_epochs = None if num_epochs is None else check_positive_int(
-            num_epochs, "num_epochs")
-        self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self.num_epochs, self.first_epoch = check_epochs(num_epochs, epoch)
         self.shard_index, self.num_shards = check_shard(shard_index, num_shards)
         self.drop_remainder = check_bool(drop_remainder, "drop_remainder")
         self.check_shards(self.size, self.shard_index, self.num_shards, self.drop_remainder)

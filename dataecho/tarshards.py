@@ -13,7 +13,14 @@ from typing import IO, Any
 import numpy as np
 
 from . import _rng
-from ._checks import check_bool, check_positive_int, check_seed, check_shard, state_int
+from ._checks import (
+    check_bool,
+    check_epochs,
+    check_positive_int,
+    check_seed,
+    check_shard,
+    state_int,
+)
 from .download import Downloads, fetch
 from .stage import Stage, State
 from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
@@ -82,9 +89,7 @@ class TarShards(Stage[Sample]):
         self.urls = _check_urls(urls)
         self.shuffle = check_bool(shuffle, "shuffle")
         self.seed = check_seed(seed)
-        self.num_epochs = None if num_epochs is None else check_positive_int(
-            num_epochs, "num_epochs")
-        self.first_epoch = check_positive_int(epoch, "epoch", minimum=0)
+        self.num_epochs, self.first_epoch = check_epochs(num_epochs, epoch)
         self.shard_index, self.num_shards = check_shard(shard_index, num_shards)
         if self.num_shards > len(self.urls):
             raise ValueError(
