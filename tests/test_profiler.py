@@ -149,7 +149,7 @@ def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
     text = Profile(0.03, 0.01, 0.7, 50).recommendation()
     assert "Input-bound: R = 3.00" in text and "idles 67%" in text
     assert "e = 3" in text and "e <= R" in text and "min(R, e) = 3.00x" in text
-    assert "echo='before_augmentation'" in text and "factor='auto'" in text
+    assert "echo='before_augmentation'" in text and "factor=Auto(max_factor=" in text
     assert "not bit-reproducible" in text
 
 

@@ -97,7 +97,7 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
         f"Variant: dataecho.pipeline(data, augment=..., echo='before_augmentation', "
         f"factor={e:g}), the paper's best; given only batches, batch echoing: "
         f"EchoBatches(loader, factor={e:g}).",
-        f"Adaptive: factor='auto' (max_factor={max_factor}) echoes only while a batch is "
+        f"Adaptive: factor=Auto(max_factor={max_factor}) echoes only while a batch is "
         "late, tracking R; not bit-reproducible.",
     ])
 
