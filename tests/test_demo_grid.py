@@ -181,6 +181,8 @@ def test_the_experiment_store_analysis_and_report_modules_import_without_torch()
     import subprocess
     import sys
 
+    pytest.importorskip("matplotlib", reason="the report draws figures with matplotlib")
+
     done = subprocess.run([sys.executable, "-c", NO_TORCH_MODULES], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
