@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from dataecho import Auto
+from dataecho.experiments.text import md_table
 from dataecho.factor import DEFAULT_MAX_FACTOR
 from dataecho.torch import EchoDataset
 
@@ -123,15 +124,15 @@ def main() -> None:
              f"{cfg.step_ms:g} ms, medians of {cfg.trials} trials (ranges in brackets); "
              f"{meta['machine']}, load average {load:.1f} at the start. Reference run "
              f"(instant reads): stall {reference:.1%}, the loader's own hand-over cost; "
-             "'added' is a run's stall less that.", "",
-             "| R | arm | realised factor | target | stall | added stall | steps/s |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lo, hi = r["factor_range"]
-        slo, shi = r["stall_range"]
-        lines.append(f"| {r['R']:g} | {r['arm']} | {r['factor']:.2f} [{lo:.2f}, {hi:.2f}] | "
-                     f"{r['target']:g} | {r['stall']:.1%} [{slo:.1%}, {shi:.1%}] | "
-                     f"{max(r['stall'] - reference, 0.0):.1%} | {r['steps_per_s']:.1f} |")
+             "'added' is a run's stall less that.", ""]
+    lines += md_table(
+        ["R", "arm", "realised factor", "target", "stall", "added stall", "steps/s"],
+        ([f"{r['R']:g}", r["arm"],
+          f"{r['factor']:.2f} [{r['factor_range'][0]:.2f}, {r['factor_range'][1]:.2f}]",
+          f"{r['target']:g}",
+          f"{r['stall']:.1%} [{r['stall_range'][0]:.1%}, {r['stall_range'][1]:.1%}]",
+          f"{max(r['stall'] - reference, 0.0):.1%}", f"{r['steps_per_s']:.1f}"]
+         for r in rows), "rlrrrrr")
     auto = [r for r in rows if r["arm"] == "auto"]
     met = all(abs(r["factor"] - r["target"]) <= 0.15 * r["target"] for r in auto)
     stall = all(r["stall"] - reference < 0.05 for r in auto if r["R"] <= DEFAULT_MAX_FACTOR)

@@ -41,6 +41,7 @@ import ray
 from PIL import Image
 
 from dataecho.datasets import load_fashion_mnist
+from dataecho.experiments.text import md_table
 from dataecho.ray_data import COPY_COLUMN, CountCopies, echo_rows
 
 RESULTS = Path(__file__).parent / "results"
@@ -221,23 +222,22 @@ def report(config: Config, trials: list[dict[str, Any]], per_row: float, step_ti
         f"{step_time * 1e3:.1f} ms a step (first {config.warmup} not timed). "
         f"{config.repeats} trials per cell, median [min, max]. Load average (1, 5, 15 min): "
         f"{', '.join(f'{x:.2f}' for x in load_before)} before, "
-        f"{', '.join(f'{x:.2f}' for x in load_after)} after.", "",
-        "| factor | CPUs | stall | CPU demand (CPUs) | decode parallelism |",
-        "|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lo, hi = r["stall_range"]
-        dlo, dhi = r["demand_range"]
-        lines.append(f"| {r['factor']} | {r['cpus']} | {r['stall_median']:.1%} "
-                     f"[{lo:.1%}, {hi:.1%}] | {r['demand_median']:.2f} [{dlo:.2f}, {dhi:.2f}] "
-                     f"| {r['decode_parallelism_median']:.2f} |")
+        f"{', '.join(f'{x:.2f}' for x in load_after)} after.", ""]
+    lines += md_table(
+        ["factor", "CPUs", "stall", "CPU demand (CPUs)", "decode parallelism"],
+        ([f"{r['factor']}", f"{r['cpus']}",
+          f"{r['stall_median']:.1%} [{r['stall_range'][0]:.1%}, {r['stall_range'][1]:.1%}]",
+          f"{r['demand_median']:.2f} [{r['demand_range'][0]:.2f}, {r['demand_range'][1]:.2f}]",
+          f"{r['decode_parallelism_median']:.2f}"] for r in rows), "rrrrr")
     lines += ["", f"CPUs needed (fewest with median stall < {config.stall_limit:.0%}) and the "
-              "ratio to factor 1:", "",
-              "| factor | CPUs needed | ratio | CPU demand | ratio |", "|---:|---:|---:|---:|---:|"]
+              "ratio to factor 1:", ""]
+    table = []
     for f in config.factors:
         cpus = needed(rows, f, config)
         shown = "more than " + str(max(config.cpus)) if cpus is None else str(cpus)
         ratio = f"{base_cpus / cpus:.1f}" if cpus and base_cpus else "-"
-        lines.append(f"| {f} | {shown} | {ratio} | {demand[f]:.2f} | {demand[1] / demand[f]:.2f} |")
+        table.append([f"{f}", shown, ratio, f"{demand[f]:.2f}", f"{demand[1] / demand[f]:.2f}"])
+    lines += md_table(["factor", "CPUs needed", "ratio", "CPU demand", "ratio"], table, "rrrrr")
     (RESULTS / "ray_preprocessing.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

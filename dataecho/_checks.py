@@ -255,22 +255,22 @@ def state_int(state: Mapping[str, Any], key: str, owner: str, *, minimum: int = 
         state of Source has index=-3, but it must be an int
     """
     value = state_value(state, key, owner)
-    bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-    why = f" ({rule})" if rule else ""
     integral = (isinstance(value, numbers.Integral)
                 or (isinstance(value, float) and value.is_integer()))
-    if isinstance(value, bool | np.bool_) or not integral:
+    number = int(value) if integral and not isinstance(value, bool | np.bool_) else None
+    if number is not None and number >= minimum and (maximum is None or number <= maximum):
+        return number
+    bounds = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+    why = f" ({rule})" if rule else ""
+    if number is None:
         raise TypeError(
             f"state of {owner} has {key}={reprlib.repr(value)} of type "
             f"{type(value).__name__}, but it must be an int {bounds}{why}: the checkpoint "
             "is damaged; pass the dict saved from this one's checkpoint")
-    number = int(value)
-    if number < minimum or (maximum is not None and number > maximum):
-        raise ValueError(
-            f"state of {owner} has {key}={number}, but it must be an int {bounds}{why}: "
-            "the checkpoint is damaged or was taken from another pipeline; pass the dict "
-            "saved from this one's checkpoint")
-    return number
+    raise ValueError(
+        f"state of {owner} has {key}={number}, but it must be an int {bounds}{why}: "
+        "the checkpoint is damaged or was taken from another pipeline; pass the dict "
+        "saved from this one's checkpoint")
 
 
 def state_mapping(state: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:

@@ -106,7 +106,7 @@ def fixed_factor(factor: object, name: str = "factor", *, adaptive: str) -> floa
         ...     print(str(e)[:46])
         factor must be a fixed number here, got 'auto'
     """
-    if isinstance(factor, Auto) or factor == "auto":
+    if isinstance(factor, Auto) or (isinstance(factor, str) and factor == "auto"):
         raise TypeError(
             f"{name} must be a fixed number here, got {factor!r}; for adaptive echoing "
             f"use {adaptive}, or pass a number such as {name}=2")

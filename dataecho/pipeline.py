@@ -8,7 +8,7 @@ from typing import Any, Literal
 from . import _rng
 from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import derive_seed
-from .adaptive import AdaptiveEcho, make_auto
+from .adaptive import make_auto
 from .batch import Batch
 from .echo import Echo
 from .factor import Auto, as_factor
@@ -146,9 +146,6 @@ def pipeline(
         stage = Source(data, shuffle=shuffle, seed=seed, num_epochs=num_epochs, epoch=epoch,
                        shard_index=shard_index, num_shards=num_shards,
                        drop_remainder=drop_remainder)
-    if isinstance(factor, Auto) and batch_size is None:  # examples, batched downstream
-        return _auto_examples(stage, echo, augment, factor, sub(_rng.ECHO_KEY),
-                              sub(_rng.AUGMENT_KEY))
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
         return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
                          augment=augment, drop_last=drop_last, collate=collate,
@@ -183,27 +180,3 @@ def _check_source_defaults(shuffle: object, num_epochs: object, drop_remainder: 
             f"{names} configure{'s' if len(given) == 1 else ''} the Source that reads a "
             f"map-style data set, and data is already a stage; got {names}; configure the "
             "stage you pass (its order, epochs and length are its own), or pass the data set")
-
-
-#: Recent examples echoes are drawn from, and examples read ahead, for adaptive example
-#: echoing without batches (in DataLoader workers): a few batches' worth, so that a
-#: burst of fresh examples (a shard, a window) leaves each enough budget to be echoed.
-EXAMPLE_BUFFER, EXAMPLE_PREFETCH = 1024, 64
-
-
-def _auto_examples(source: Stage[Any], echo: str | None, augment: Callable[..., Any] | None,
-                   auto: Auto, echo_seed: int, augment_seed: int) -> Stage[Any]:
-    """Adaptive example echoing of a stream of examples: each copy augmented anew."""
-    def adaptive(upstream: Stage[Any]) -> Stage[Any]:
-        return AdaptiveEcho(upstream, max_factor=auto.max_factor, agree=auto.agree,
-                            buffer_size=auto.buffer_size or EXAMPLE_BUFFER,
-                            prefetch=EXAMPLE_PREFETCH, seed=echo_seed, size=_one)
-    stage = adaptive(source) if echo == "before_augmentation" else source
-    if augment is not None:
-        stage = Map(stage, augment, seed=augment_seed)
-    return stage if echo == "before_augmentation" else adaptive(stage)
-
-
-def _one(example: object) -> int:
-    """One example per item: how adaptive example echoing counts."""
-    return 1

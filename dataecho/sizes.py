@@ -39,6 +39,16 @@ def is_batched(stage: Stage[Any]) -> bool:
     return any(isinstance(s, Batching) for s in chain(stage))
 
 
+def one_per_item(item: object) -> int:
+    """One example per item: the count of a stream of examples (not batches).
+
+    Example:
+        >>> one_per_item([1, 2, 3])
+        1
+    """
+    return 1
+
+
 def default_size(upstream: Stage[Any]) -> Callable[[Any], int]:
     """How AdaptiveEcho sizes items: the ``Batch``'s own count, else :func:`batch_len`.
 

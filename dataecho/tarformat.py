@@ -14,7 +14,7 @@ import itertools
 import re
 import tarfile
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 _META = re.compile(r"__[^/]*__($|/)")  # webdataset skips __*__ members (shard metadata)
@@ -147,9 +147,9 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
                     sample[ext] = b""
             # tarfile ends the walk quietly at a zeroed header past the first one: only
             # zero padding may follow the archive's last member.
-            assert archive.fileobj is not None
-            archive.fileobj.seek(archive.offset)
-            while chunk := archive.fileobj.read(_CHUNK):
+            stream = cast(IO[bytes], archive.fileobj)  # set: the archive was opened on one
+            stream.seek(archive.offset)
+            while chunk := stream.read(_CHUNK):
                 if chunk.strip(b"\0"):
                     break
             if chunk:

@@ -154,11 +154,9 @@ class TarShards(Stage[Sample]):
             if self._finished():
                 self.close()  # the download thread ends with the last shard
                 raise StopIteration
-            if self._cursor is None:
-                self._open()
-            assert self._cursor is not None
+            cursor = self._cursor if self._cursor is not None else self._open()
             try:
-                sample = next(self._cursor, None)
+                sample = next(cursor, None)
             except BaseException:
                 self._close_shard()  # next() opens the shard again at the same sample
                 raise
@@ -176,7 +174,7 @@ class TarShards(Stage[Sample]):
         self.items_read += 1
         return sample
 
-    def _open(self) -> None:
+    def _open(self) -> Iterator[Sample]:
         url = self.urls[self.order(self._epoch)[self._pos]]
         if url.startswith(("http://", "https://")):
             fileobj: IO[bytes] = io.BytesIO(self._download())
@@ -188,10 +186,11 @@ class TarShards(Stage[Sample]):
             fileobj.seek(0)
             if url in self._digests:
                 check_digest(fileobj, url, self._digests[url])
-            self._cursor = iter_samples(fileobj, url, skip=self._offset)
+            self._cursor = cursor = iter_samples(fileobj, url, skip=self._offset)
         except BaseException:
             self._close_shard()
             raise
+        return cursor
 
     def _download(self) -> bytes:
         if self.prefetch == 0:

@@ -390,3 +390,32 @@ def test_equal_steps_ends_every_ranks_epoch_at_the_same_step(tmp_path):
     assert ranks[0]["steps"] == ranks[1]["steps"]
     assert all(2 <= s <= 4 for s in ranks[0]["steps"])
     assert ranks[0]["dropped"] == 2 and ranks[1]["dropped"] == 0  # one batch left per epoch
+
+
+def test_a_stage_stream_without_a_read_counter_is_counted_at_factor_one():
+    # No stage of this pipeline counts its reads: the items handed over are counted
+    # (this failed at the first next() before).
+    from dataecho.stage import Stage
+
+    class Upto(Stage):
+        def __init__(self, n):
+            self.n, self.i = n, 0
+
+        def __next__(self):
+            if self.i >= self.n:
+                raise StopIteration
+            self.i += 1
+            return self.i - 1
+
+        def _config(self):
+            return {"n": self.n}
+
+        def _snapshot(self):
+            return {"i": self.i}
+
+        def _set_state(self, state):
+            self.i = state["i"]
+
+    ds = EchoDataset(Upto(6), factor=1, buffer_size=1)
+    assert sorted(_rows(ds, 0, batch_size=2)) == list(range(6))
+    assert (ds.stats().fresh_examples, ds.stats().emitted_examples) == (6, 6)

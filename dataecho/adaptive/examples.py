@@ -11,7 +11,9 @@ from .._rng import derive_seed
 from ..batch import Batch
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR, Auto
+from ..iterable import as_stage
 from ..map import Map, fn_name, takes_rng
+from ..sizes import one_per_item
 from ..stage import Stage, State
 from .echo import DEFAULT_BUFFER, AdaptiveEcho, Copy
 from .plan import Agreement, Feed
@@ -101,7 +103,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         super().__init__(upstream, max_factor=max_factor,
                          min_fresh=min(4 * b, buffer_size) if min_fresh is None else min_fresh,
                          buffer_size=buffer_size, prefetch=prefetch,
-                         timeout=timeout, seed=seed, size=lambda _: 1, agree=agree,
+                         timeout=timeout, seed=seed, size=one_per_item, agree=agree,
                          feed=feed, clock=clock)
         self.augment = augment
         self.random = augment is not None and takes_rng(augment)
@@ -163,7 +165,7 @@ def make_auto(
     source: Iterable[Any],
     *,
     echo: str,
-    batch_size: int,
+    batch_size: int | None,
     augment: Callable[..., Any] | None = None,
     drop_last: bool = False,
     collate: Callable[[list[Any]], Any] | None = None,
@@ -174,7 +176,10 @@ def make_auto(
 
     - ``"before_augmentation"``: ``AdaptiveExamples(source, augment=augment)``;
     - ``"after_augmentation"``: ``Map(augment)`` -> ``AdaptiveExamples`` (identical copies);
-    - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``.
+    - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``;
+    - ``batch_size=None`` (examples, batched downstream, e.g. by a DataLoader):
+      ``AdaptiveEcho`` of examples -> ``Map(augment)`` before augmentation (every copy
+      augmented anew), ``Map(augment)`` -> ``AdaptiveEcho`` after it.
 
     ``auto`` (default ``Auto()``) gives the adaptive stage its ``max_factor``, its
     ``agree`` and its ``buffer_size``: the echo buffer (examples, or batches for
@@ -195,6 +200,12 @@ def make_auto(
         raise ValueError(
             f"echo must be 'before_augmentation', 'after_augmentation' or 'batch' for "
             f"factor='auto', got {echo!r}; pass echo='before_augmentation'")
+    if batch_size is None:
+        if echo == "batch":
+            raise ValueError(
+                "batch_size must be an int >= 1 for echo='batch' (batch echoing repeats "
+                "batches), got None; pass batch_size or use an example-level variant")
+        return _examples(source, echo, augment, auto, seed)
     stage: Iterable[Any] = source
     if echo != "before_augmentation" and augment is not None:
         stage = Map(stage, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
@@ -208,3 +219,25 @@ def make_auto(
                             seed=derive_seed(seed, _rng.ECHO_KEY),
                             buffer_size=auto.buffer_size, agree=auto.agree,
                             augment=augment if echo == "before_augmentation" else None)
+
+
+#: Recent examples echoes are drawn from, and examples read ahead, for adaptive example
+#: echoing without batches (in DataLoader workers): a few batches' worth, so that a
+#: burst of fresh examples (a shard, a window) leaves each enough budget to be echoed.
+EXAMPLE_BUFFER, EXAMPLE_PREFETCH = 1024, 64
+
+
+def _examples(source: Iterable[Any], echo: str, augment: Callable[..., Any] | None,
+              auto: Auto, seed: int) -> Stage[Any]:
+    def adaptive(upstream: Iterable[Any]) -> Stage[Any]:
+        return AdaptiveEcho(upstream, max_factor=auto.max_factor, agree=auto.agree,
+                            buffer_size=auto.buffer_size or EXAMPLE_BUFFER,
+                            prefetch=EXAMPLE_PREFETCH, seed=derive_seed(seed, _rng.ECHO_KEY),
+                            size=one_per_item)
+    def augmented(upstream: Iterable[Any]) -> Iterable[Any]:
+        if augment is None:
+            return upstream
+        return Map(upstream, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
+    if echo == "before_augmentation":  # every copy augmented anew
+        return as_stage(augmented(adaptive(source)))
+    return adaptive(augmented(source))

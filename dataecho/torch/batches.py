@@ -94,9 +94,6 @@ class EchoBatches:
         """The epoch the current or next iteration reads."""
         return self._loop.epoch
 
-    def _echo_buffer(self) -> int:
-        return _echo_buffer(self.factor)
-
     def __len__(self) -> int:
         if isinstance(self.factor, Auto):
             raise TypeError(
@@ -163,14 +160,16 @@ class EchoBatches:
         # are adjacent), the echo buffer's with Auto (it draws from its latest items);
         # none with factor 1, where no batch comes again.
         watch = self.check_inplace and (isinstance(self.factor, Auto) or self.factor > 1.0)
-        seen = Seen(self._echo_buffer() if auto else 1, self.clone) if watch else None
+        seen = Seen(_echo_buffer(self.factor) if auto else 1, self.clone) if watch else None
+        cloning = self.clone
         try:
             for batch in echo:
                 if seen is not None:
                     seen.check(batch)
                 # A fixed factor knows whether another copy follows; Auto cannot.
-                repeats = auto or getattr(echo, "repeating", False)
-                yield clone(batch) if self.clone and repeats else batch
+                if cloning and (auto or getattr(echo, "repeating", False)):
+                    batch = clone(batch)
+                yield batch
         finally:
             echo.close()
         self._loop.end()

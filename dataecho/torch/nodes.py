@@ -16,6 +16,7 @@ from ..factor import Auto, as_factor
 from ..iterable import NodeSource, is_node
 from ..loop import Epochs
 from ..shuffle import Shuffle
+from ..sizes import one_per_item
 from ..stage import Stage, State
 from ..stats import EchoStats
 
@@ -110,7 +111,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
             buffer = self.factor.buffer_size
             echo = AdaptiveEcho(upstream, max_factor=self.factor.max_factor,
                                 agree=self.factor.agree, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
-                                size=self.size or _one,
+                                size=self.size or one_per_item,
                                 buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
         else:
             echo = Echo(upstream, self.factor, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
@@ -145,8 +146,3 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
     def __repr__(self) -> str:
         return (f"EchoNode({type(self.source).__name__}, factor={self.factor!r}, "
                 f"buffer_size={self.buffer_size!r}, seed={self.seed!r})")
-
-
-def _one(item: object) -> int:
-    """One example per item: the default count of :class:`EchoNode`."""
-    return 1

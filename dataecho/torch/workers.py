@@ -132,12 +132,13 @@ class Counted(Stage[Any]):
     def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
                  rewind: Callable[[int], None], *, nonempty: bool = False) -> None:
         self.upstream, self.epoch, self.ended = upstream, epoch, False
-        self._rewind, self._nonempty, self._yielded = rewind, nonempty, False
+        self._rewind, self._nonempty, self._yields = rewind, nonempty, 0
         stages = chain(upstream)
         self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
         # The stage whose reads are this worker's fresh examples: the last that counts
         # reads (a Shard after the stream reader keeps only this worker's share).
-        self._source = [s for s in stages if hasattr(s, "items_read")][-1]
+        # None when no stage counts its reads: then the items this stage yields count.
+        self._source = next((s for s in reversed(stages) if hasattr(s, "items_read")), None)
         self._counts, self._slot = counts, 2 * slot
         self._rebase()
 
@@ -147,7 +148,7 @@ class Counted(Stage[Any]):
             return fresh, emitted
         # No echo stage (factor 1): every example read is emitted once, as in
         # dataecho.stats.collect, which is too slow to call per example.
-        read = int(getattr(self._source, "items_read", 0))
+        read = self._yields if self._source is None else int(self._source.items_read)
         return read, read
 
     def _rebase(self) -> None:
@@ -160,16 +161,16 @@ class Counted(Stage[Any]):
             raise StopIteration
         try:
             item = next(self.upstream)
+            self._yields += 1
         except StopIteration:
             self.ended = True
-            if self._nonempty and not self._yielded:
+            if self._nonempty and not self._yields:
                 raise ValueError(_empty_message()) from None
             raise
         finally:
             fresh, emitted = self._read()
             self._counts[self._slot] = self._base[0] + fresh
             self._counts[self._slot + 1] = self._base[1] + emitted
-        self._yielded = True
         return item
 
     def _config(self) -> dict[str, Any]:
