@@ -21,13 +21,15 @@ ECHO = 0xEC  # Echo: the fractional factor's extra copies
 MAP = 0x3A  # Map: the per-item generator
 SHUFFLE = 0x5F  # Shuffle: the window permutations
 DERIVE = 0xDE  # derive_seed's sub-seeds
-ADAPTIVE_PICKS = 0xAD  # AdaptiveEcho: which buffered batch to echo
+ADAPTIVE_PICKS = 0xAD  # AdaptiveEcho: which buffered batches to echo (several at once)
+ADAPTIVE_PICK_BLOCKS = 0xAB  # AdaptiveEcho: blocks of draws for one pick per step
 ADAPTIVE_COPIES = 0xA6  # AdaptiveExamples: the per-copy augmentation
 SHARD_ORDER = 0x5D  # TarShards: the per-epoch shard order
 
 #: Every PCG64 stream tag, by name.
 TAGS = {"SOURCE": SOURCE, "ECHO": ECHO, "MAP": MAP, "SHUFFLE": SHUFFLE, "DERIVE": DERIVE,
-        "ADAPTIVE_PICKS": ADAPTIVE_PICKS, "ADAPTIVE_COPIES": ADAPTIVE_COPIES,
+        "ADAPTIVE_PICKS": ADAPTIVE_PICKS, "ADAPTIVE_PICK_BLOCKS": ADAPTIVE_PICK_BLOCKS,
+        "ADAPTIVE_COPIES": ADAPTIVE_COPIES,
         "SHARD_ORDER": SHARD_ORDER}
 
 # Sub-stream keys: the ``keys`` of ``derive_seed(seed, key, ...)`` that give each stage
@@ -149,61 +151,48 @@ class Stream:
         return self._generator
 
 
-_LOW64 = (1 << 64) - 1
-_LOW32 = (1 << 32) - 1
-
-
 class Picks:
-    """Counter-keyed integer draws: ``below(k, n)`` is ``Stream(seed, tag).at(k).integers(n)``.
+    """Counter-keyed picks among ``n`` items: ``below(k, n)`` is a function of (seed, k).
 
-    Positions usually grow by a few between picks; the state of the last one is kept,
-    and reaching the next costs one multiplication per set bit of the distance.
+    ``below(k, n) = (u_k * n) >> 32``, where ``u_k`` is draw ``k mod 1024`` of the
+    1,024 32-bit draws of substream ``k // 1024`` of the ``(seed, block_tag)`` stream.
+    One numpy call fills a block for 1,024 positions; a pick is then a multiply and a
+    shift, which keeps the adaptive echo's per-step cost near a fixed factor's copy.
+    The multiply-shift maps 2**32 values onto ``n``, so each pick's chance is off from
+    ``1/n`` by less than ``1 / 2**32`` (numpy's ``integers(n)`` redraws to remove that;
+    here it is far below any effect a training run could show). ``n >= 2**32`` takes a
+    draw of ``Stream(seed, tag).at(k)``, as :meth:`at` does for draws of several items.
 
     Example:
-        >>> picks = Picks(0, 0xAD)
-        >>> [picks.below(k, 4) for k in range(6)] == [
-        ...     int(picks.at(k).integers(4)) for k in range(6)]
+        >>> picks = Picks(0, ADAPTIVE_PICKS, ADAPTIVE_PICK_BLOCKS)
+        >>> [picks.below(k, 4) for k in (5, 3000, 5)] == [picks.below(5, 4),
+        ...     Picks(0, ADAPTIVE_PICKS, ADAPTIVE_PICK_BLOCKS).below(3000, 4), picks.below(5, 4)]
         True
     """
 
-    def __init__(self, seed: int, tag: int) -> None:
-        self._stream = Stream(seed, tag)  # for draws other than one integer
-        state = np.random.PCG64(np.random.SeedSequence([seed, tag])).state["state"]
-        self._origin, self._inc = int(state["state"]), int(state["inc"])
-        # Jumps of 2**i substreams (2**(64 + i) draws), as s -> a*s + c.
-        self._jumps = []
-        for i in range(64):
-            a, g = _steps(1 << (64 + i))
-            self._jumps.append((a, g * self._inc & _MASK))
-        self._position, self._state = 0, self._origin
+    BLOCK = 1024  # positions per block of draws
+
+    def __init__(self, seed: int, tag: int, block_tag: int) -> None:
+        self._stream = Stream(seed, tag)  # for draws other than one pick
+        self._blocks = Stream(seed, block_tag)
+        self._first = -self.BLOCK  # the first position of the loaded block: none yet
+        self._block: list[int] = []
 
     def at(self, position: int) -> np.random.Generator:
         """The generator at the start of substream ``position`` (``Stream.at``)."""
         return self._stream.at(position)
 
     def below(self, position: int, n: int) -> int:
-        """The first ``integers(n)`` draw of substream ``position``, for ``n >= 1``."""
+        """The pick of ``position`` among ``n >= 1`` items: an int in ``[0, n)``."""
+        i = position - self._first
+        if 0 <= i < self.BLOCK and n < 1 << 32:
+            return (self._block[i] * n) >> 32
         if n >= 1 << 32:
             return int(self._stream.at(position).integers(n))
-        if position < self._position:
-            self._position, self._state = 0, self._origin
-        distance, state, bit = position - self._position, self._state, 0
-        while distance:
-            if distance & 1:
-                a, c = self._jumps[bit]
-                state = (a * state + c) & _MASK
-            distance >>= 1
-            bit += 1
-        self._position, self._state = position, state
-        # numpy's integers(n) below 2**32: Lemire's method on the 32-bit halves of
-        # 64-bit draws, low half first; a draw under the threshold would favour low
-        # numbers and is redrawn.
-        threshold = ((1 << 32) - n) % n
-        while True:
-            state = (state * _MULT + self._inc) & _MASK
-            x, rot = (state >> 64) ^ (state & _LOW64), state >> 122  # PCG64's XSL-RR output
-            raw = ((x >> rot) | (x << (64 - rot))) & _LOW64
-            for half in (raw & _LOW32, raw >> 32):
-                m = half * n
-                if m & _LOW32 >= threshold:
-                    return m >> 32
+        block = position // self.BLOCK
+        self._block = self._blocks.at(block).integers(
+            0, 1 << 32, size=self.BLOCK, dtype=np.uint64).tolist()
+        self._first = block * self.BLOCK
+        return (self._block[position - self._first] * n) >> 32
+
+

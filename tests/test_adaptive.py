@@ -64,9 +64,43 @@ def test_no_item_is_used_more_than_max_factor_times_then_the_consumer_waits():
     stage.close()
 
 
+class Laneless(AdaptiveEcho):
+    """AdaptiveEcho with every step decided by _step: the reference for the lane."""
+
+    one_item_steps = False
+
+
+@pytest.mark.parametrize("buffer_size", [1, 4])
+def test_the_echo_lane_decides_as_the_general_path_does(buffer_size):
+    def run(cls):
+        up = Gated(5)
+        stage = cls(up, max_factor=3, buffer_size=buffer_size, prefetch=4, seed=7)
+        up.open(4)
+        out = [next(stage)]
+        wait_until(lambda: stage.queued() == 3)
+        out += [next(stage) for _ in range(3)]  # fresh: 1, 2, 3
+        lane = stage._lane is not None
+        budget = 2 * min(buffer_size, 4)  # two echoes left for each buffered item
+        out += [next(stage) for _ in range(budget)]  # nothing ready: echoes only
+        counts, steps = stage.stats(), stage.state_dict()["steps"]
+        up.open()  # item 4, then the end
+        out += list(stage)
+        stage.close()
+        return out, counts, steps, lane
+
+    lane, reference = run(AdaptiveEcho), run(Laneless)
+    assert lane[3] and not reference[3]  # the lane was open only where it should be
+    assert lane[:3] == reference[:3]  # the same picks, uses and counts, step by step
+    out, counts, _, _ = lane
+    assert out[:4] == [0, 1, 2, 3]
+    assert all(out.count(k) <= 3 for k in range(5))  # never more than max_factor uses
+    assert (counts.fresh_items, counts.emitted_items) == (4, 4 + 2 * min(buffer_size, 4))
+    assert sorted(out[4:4 + 2 * buffer_size]) == sorted(2 * list(range(4 - buffer_size, 4)))
+
+
 def test_min_fresh_items_come_first_even_when_the_upstream_is_slow():
     up = Gated(5)
-    with AdaptiveEcho(up, min_fresh=3) as stage:
+    with AdaptiveEcho(up, min_fresh=3, buffer_size=1) as stage:  # echoes the latest
         up.open(3)
         assert [next(stage) for _ in range(4)] == [0, 1, 2, 2]
         up.open(2)

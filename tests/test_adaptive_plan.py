@@ -2,6 +2,7 @@
 
 import collections
 
+import numpy as np
 import pytest
 
 from dataecho import _rng
@@ -48,7 +49,7 @@ def test_stall_fraction_is_zero_below_the_cap_and_the_uncovered_share_above_it()
 
 
 def test_warm_up_takes_min_fresh_items_before_any_echo():
-    _, out = simulate(8, min_fresh=3)
+    _, out = simulate(8, min_fresh=3, buffer_size=1)  # echoes the latest
     assert out[:4] == [0, 1, 2, 2]
 
 
@@ -121,14 +122,29 @@ def test_echo_buffer_spends_each_budget_once_and_evicts_the_oldest():
     assert buf.capacity == 0
 
 
-def test_picks_draw_exactly_what_the_counter_keyed_stream_draws():
-    picks, stream = _rng.Picks(7, 0xAD), _rng.Stream(7, 0xAD)
-    # Forward by small and large gaps, then backwards (a restore); sizes near 2**32
-    # make numpy redraw about half the time, and 2**32 itself leaves the fast path.
-    positions = [0, 1, 2, 5, 6, 100, 101, 5_000, 2**40, 3, 4, 2]
+def test_picks_are_a_function_of_seed_and_position_drawn_in_blocks():
+    picks = _rng.Picks(7, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
+    blocks = _rng.Stream(7, _rng.ADAPTIVE_PICK_BLOCKS)
+    # Forward by small and large gaps, then backwards (a restore), across blocks.
+    positions = [0, 1, 2, 5, 1023, 1024, 5_000, 2**40, 3, 4, 2]
     for k in positions:
-        for n in (1, 2, 3, 4, 16, 2**31 + 1, 2**32 - 1, 2**32):
-            assert picks.below(k, n) == int(stream.at(k).integers(n)), (k, n)
+        u = int(blocks.at(k // 1024).integers(0, 2**32, size=1024, dtype=np.uint64)[k % 1024])
+        for n in (1, 2, 3, 4, 16, 2**31 + 1, 2**32 - 1):
+            assert picks.below(k, n) == (u * n) >> 32, (k, n)
+    # n >= 2**32 leaves the blocks: one draw of the (seed, tag) stream at that position.
+    stream = _rng.Stream(7, _rng.ADAPTIVE_PICKS)
+    assert picks.below(9, 2**32) == int(stream.at(9).integers(2**32))
+    other = _rng.Picks(8, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
+    assert [picks.below(k, 4) for k in range(64)] != [other.below(k, 4) for k in range(64)]
+
+
+def test_picks_are_uniform_over_the_buffer():
+    picks = _rng.Picks(0, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
+    for n in (2, 3, 4):
+        counts = collections.Counter(picks.below(k, n) for k in range(30_000))
+        assert set(counts) == set(range(n))
+        expected = 30_000 / n  # binomial sd ~ sqrt(30000 p q) < 90: 5 sd is under 4.5%
+        assert all(abs(c - expected) < 0.045 * expected + 5 for c in counts.values()), counts
 
 
 def test_simulated_feed_bounds_the_producer_by_the_queue_depth():

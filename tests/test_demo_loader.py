@@ -103,6 +103,17 @@ def test_the_arms_show_the_public_objects_they_are_made_of(url):
         "factor=Auto(max_factor=4, buffer_size=8), seed=0, clone=False)")
 
 
+@pytest.mark.parametrize("factor, window", [(1, 4), (2, 8), (4, 16), (2.5, 10)])
+def test_the_window_after_a_fixed_echo_holds_buffer_size_distinct_examples(url, factor, window):
+    from dataecho.demo.loader import make_loader
+
+    arm = make_loader(url, factor=factor, batch_size=2, buffer_size=4, num_workers=0)
+    assert f"buffer_size={window}," in arm.pipeline
+    after = make_loader(url, factor=factor, variant="after_augmentation", batch_size=2,
+                        buffer_size=4, num_workers=0)
+    assert f"buffer_size={window}," in after.pipeline
+
+
 def test_crop_flip_keeps_pixels_label_and_index_and_varies_with_the_generator():
     image = np.pad(np.arange(1, 37, dtype=np.uint8).reshape(6, 6), 2)  # as PaddedDecode pads
     augment = crop_flip(pad=2)

@@ -60,3 +60,9 @@ def test_derived_seeds_are_pinned():
     assert [_rng.derive_seed(0, 1), _rng.derive_seed(0, 2), _rng.derive_seed(5, 0, 3),
             _rng.derive_seed(123)] == [468856994816529405, 8414489624086400304,
                                        3809746197087842186, 1643443153922481332]
+
+
+def test_adaptive_echo_picks_are_pinned_per_step():
+    picks = _rng.Picks(0, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
+    assert [picks.below(k, 4) for k in range(16)] == [3, 1, 1, 2, 0, 0, 0, 2, 1, 3, 3, 3, 1, 3, 3, 0]
+    assert [picks.below(k, 3) for k in (1023, 1024, 5000)] == [1, 1, 2]

@@ -35,23 +35,25 @@ class EchoBuffer(Generic[T]):
 
     def __init__(self, size: int, max_uses: int) -> None:
         self.size, self.max_uses = size, max_uses
-        self._entries: deque[_Entry[T]] = deque()
+        #: The items, oldest first. Always this one deque (never replaced), so a hot
+        #: path may keep a reference and read it; changes go through the methods.
+        self.entries: deque[_Entry[T]] = deque()
 
     @property
     def capacity(self) -> int:
         """Distinct items that can still be echoed."""
-        return len(self._entries)
+        return len(self.entries)
 
     def add(self, item: T, index: int) -> None:
         """Records a fresh item (its first use) under its fresh index."""
         if self.max_uses > 1:
-            if len(self._entries) >= self.size:
-                self._entries.popleft()
-            self._entries.append(_Entry(item, index, 1))
+            if len(self.entries) >= self.size:
+                self.entries.popleft()
+            self.entries.append(_Entry(item, index, 1))
 
     def draw(self, n: int, rng: np.random.Generator | None = None) -> list[tuple[T, int, int]]:
         """``n`` distinct items as ``(item, fresh_index, use)``: newest, or random with rng."""
-        entries = self._entries
+        entries = self.entries
         size = len(entries)
         if n == 1 and size:  # the usual case (a batch per step): no lists, no rebuild
             return [self.take(int(rng.integers(size)) if rng is not None else size - 1)]
@@ -61,20 +63,22 @@ class EchoBuffer(Generic[T]):
             picks = sorted(rng.choice(size, size=n, replace=False).tolist())
         out = []
         for i in picks:
-            entry = self._entries[i]
+            entry = self.entries[i]
             out.append((entry.item, entry.index, entry.uses))
             entry.uses += 1
-        if any(self._entries[i].uses >= self.max_uses for i in picks):
-            self._entries = deque(e for e in self._entries if e.uses < self.max_uses)
+        if any(entries[i].uses >= self.max_uses for i in picks):
+            kept = [e for e in entries if e.uses < self.max_uses]
+            entries.clear()  # in place: the deque is never replaced (see ``entries``)
+            entries.extend(kept)
         return out
 
     def take(self, i: int) -> tuple[T, int, int]:
         """Echoes the ``i``-th item, oldest first, as ``(item, fresh_index, use)``."""
-        entry = self._entries[i]
+        entry = self.entries[i]
         entry.uses += 1
         if entry.uses >= self.max_uses:
-            del self._entries[i]
+            del self.entries[i]
         return entry.item, entry.index, entry.uses - 1
 
     def clear(self) -> None:
-        self._entries.clear()
+        self.entries.clear()

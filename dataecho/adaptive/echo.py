@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .. import _rng
 from .._checks import check_callable, check_positive_int, check_seed, check_size, check_timeout
@@ -16,7 +16,7 @@ from ..sizes import default_size
 from ..stage import Stage, State
 from .buffer import EchoBuffer
 from .plan import Agreement, Feed, alone, plan
-from .prefetch import Prefetcher, reader
+from .prefetch import Channel, Prefetcher, reader
 from .timing import AdaptiveStats
 
 T = TypeVar("T")
@@ -92,6 +92,9 @@ class AdaptiveEcho(Stage[T]):
     """
 
     upstream: Stage[Any]
+    #: Whether a step is one buffered item, so that __next__'s echo lane may emit it;
+    #: a subclass whose steps are built otherwise (AdaptiveExamples) sets False.
+    one_item_steps: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -130,7 +133,7 @@ class AdaptiveEcho(Stage[T]):
         self._size = check_size(size) or default_size(self.upstream)
         self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
         # Echo picks: the draw of step k is keyed by (seed, k), so a restore repeats them.
-        self._picks = _rng.Picks(self.seed, _rng.ADAPTIVE_PICKS)
+        self._picks = _rng.Picks(self.seed, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
         self._feed: Feed[Any] | None = None
         self._resume: State | None = None  # upstream state after the last fresh item taken
         self._over = False  # this pass ended (exhausted, failed or closed)
@@ -139,9 +142,32 @@ class AdaptiveEcho(Stage[T]):
         self._warm = 0  # fresh items since the pass began or was restored
         self._first: float | None = None  # clock at the first next()
         self._end: float | None = None  # clock when the pass ended
-        self._blocked = 0.0  # seconds inside next()
+        self._blocked = 0.0  # seconds inside next(), echoes on the lane below excepted
+        # The echo lane: (ready queue, channel, buffer entries) of a warm pass in one
+        # process reading through a Prefetcher; None otherwise. See __next__.
+        self._lane: tuple[Any, Channel[Any], Any] | None = None
 
     def __next__(self) -> T:
+        lane = self._lane
+        if lane is not None:
+            # The hot path of an input-bound step, what _step decides in one function:
+            # nothing ready, more to come, an item with budget left: echo it. A call
+            # costs about what a fixed factor's copy does (benchmarks/adaptive.py);
+            # it cannot wait, so it is left out of the blocked time (microseconds).
+            ready, channel, entries = lane
+            # A running producer will deliver more (it clears ``running`` when it ends).
+            if not ready and entries and channel.running:
+                held = len(entries)
+                pick = self._picks.below(self._steps, held) if held > 1 else 0
+                entry = entries[pick]
+                entry.uses += 1
+                if entry.uses >= self.max_factor:
+                    del entries[pick]
+                value, size = entry.item
+                self._steps += 1
+                self._emitted += 1
+                self._emitted_ex += size
+                return value  # type: ignore[no-any-return]
         if self._over:
             self._ended()
         start = self._clock()
@@ -153,7 +179,7 @@ class AdaptiveEcho(Stage[T]):
         try:
             out = self._step()
         except StopIteration:
-            self._over, self._end = True, self._clock()
+            self._over, self._end, self._lane = True, self._clock(), None
             self._blocked += self._end - start
             raise
         except BaseException as err:  # KeyboardInterrupt included: stop the thread, promptly
@@ -161,6 +187,7 @@ class AdaptiveEcho(Stage[T]):
             # so a checkpoint taken now re-reads them instead of skipping them.
             self._resume, self._fresh, self._fresh_ex = before
             self._over, self._failure = True, err
+            self._lane = None
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
         self._blocked += self._clock() - start
@@ -185,6 +212,8 @@ class AdaptiveEcho(Stage[T]):
                 self._fresh, self._fresh_ex = index + 1, self._fresh_ex + size
                 self._buffer.add((value, size), index)
                 self._warm += 1
+                if self._lane is None:
+                    self._arm()
             else:
                 buffer = self._buffer
                 held = buffer.capacity
@@ -260,7 +289,16 @@ class AdaptiveEcho(Stage[T]):
         for value, index, _, size in out[:taken]:
             self._buffer.add((value, size), index)
         self._warm += taken
+        if self._lane is None:
+            self._arm()
         return out
+
+    def _arm(self) -> None:
+        """Opens the echo lane of __next__ once the pass is warm, in one process."""
+        feed = self._feed
+        if (self.one_item_steps and self._solo and self._warm >= self.min_fresh
+                and isinstance(feed, Prefetcher)):
+            self._lane = (feed.channel.items, feed.channel, self._buffer.entries)
 
     def _take(self, produced: tuple[Any, State, int]) -> Copy:
         value, self._resume, size = produced
@@ -290,6 +328,7 @@ class AdaptiveEcho(Stage[T]):
         return self._feed
 
     def _stop_feed(self, wait: float = 5.0) -> None:
+        self._lane = None
         if self._feed is not None:
             self._feed.close(wait)
 

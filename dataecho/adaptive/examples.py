@@ -67,6 +67,8 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         ([0, 10, 20, 30], 8)
     """
 
+    one_item_steps = False  # a step is a batch of fresh examples and echoes
+
     def __init__(
         self,
         upstream: Iterable[Any],

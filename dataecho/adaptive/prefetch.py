@@ -32,8 +32,12 @@ T = TypeVar("T")
 _SLICE_S = 0.1
 
 
-class _Channel(Generic[T]):
-    """State shared by the consumer and the producer thread, guarded by ``cond``."""
+class Channel(Generic[T]):
+    """State shared by the consumer and the producer thread, guarded by ``cond``.
+
+    The consumer may read ``items`` (its length) and the flags ``done`` and ``stop``
+    without the lock: each is one read under the GIL, and the flags only turn True.
+    """
 
     def __init__(self, depth: int) -> None:
         self.cond = threading.Condition()
@@ -52,7 +56,7 @@ class _Channel(Generic[T]):
             self.cond.notify_all()
 
 
-def _produce(ch: _Channel[T], produce: Callable[[], T], park_after: float) -> None:
+def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> None:
     # Every exit clears ``running`` in the same critical section that decided to exit:
     # clearing it later (in a ``finally``) left a window in which a consumer saw a
     # producer "running", started none, and waited on a thread that had already quit.
@@ -84,7 +88,7 @@ def _produce(ch: _Channel[T], produce: Callable[[], T], park_after: float) -> No
                 _exit(ch)  # an unexpected exit (e.g. an error in wait_for itself)
 
 
-def _exit(ch: _Channel[Any]) -> None:  # called with the lock held
+def _exit(ch: Channel[Any]) -> None:  # called with the lock held
     ch.running, ch.producer = False, None
     ch.cond.notify_all()
 
@@ -112,14 +116,15 @@ class Prefetcher(Generic[T]):
     def __init__(self, produce: Callable[[], T], *, depth: int = 2,
                  timeout: float | None = 120.0, park_after: float = 1.0,
                  name: str = "dataecho-prefetch") -> None:
-        self._ch: _Channel[T] = _Channel(check_positive_int(depth, "prefetch"))
+        #: The queue and flags shared with the thread (read-only for consumers).
+        self.channel: Channel[T] = Channel(check_positive_int(depth, "prefetch"))
         self._produce, self.timeout = produce, check_timeout(timeout)
         self._park_after, self._name = park_after, name
         self._thread: threading.Thread | None = None
-        self._finalizer = weakref.finalize(self, self._ch.shut)
+        self._finalizer = weakref.finalize(self, self.channel.shut)
 
     def _ensure_running(self) -> None:  # called with the lock held
-        ch = self._ch
+        ch = self.channel
         if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
             ch.running = True
             self._thread = ch.producer = threading.Thread(
@@ -129,7 +134,7 @@ class Prefetcher(Generic[T]):
 
     def ready(self) -> int:
         """Items :meth:`get` returns without waiting."""
-        ch = self._ch
+        ch = self.channel
         # Read without the lock: a deque's length and the flags are single reads under
         # the GIL, and the lock is taken only to start a thread that is not running.
         if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
@@ -139,7 +144,7 @@ class Prefetcher(Generic[T]):
 
     def finished(self) -> bool:
         """True once no item will follow the queued ones (upstream over, or closed)."""
-        ch = self._ch
+        ch = self.channel
         return ch.done or ch.stop  # flags only ever turn True: no lock needed
 
     def get(self) -> T:
@@ -150,7 +155,7 @@ class Prefetcher(Generic[T]):
             TimeoutError: nothing arrived within ``timeout`` seconds.
             BaseException: whatever the upstream raised, as the same object.
         """
-        ch = self._ch
+        ch = self.channel
         if ch.items and ch.running:  # ready, and a producer refills: no wait, no lock
             with suppress(IndexError):  # emptied meanwhile by close(): take the slow path
                 item = ch.items.popleft()
@@ -181,11 +186,11 @@ class Prefetcher(Generic[T]):
         Raises:
             TimeoutError: nothing arrived within ``timeout`` seconds.
         """
-        with self._ch.cond:
+        with self.channel.cond:
             self._await()
 
     def _await(self) -> None:  # called with the lock held
-        ch = self._ch
+        ch = self.channel
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         self._ensure_running()  # refills the queue behind the item get() takes next
         while not (ch.items or ch.done or ch.stop):

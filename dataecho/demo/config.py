@@ -31,7 +31,7 @@ class DemoConfig:
     eval_every: int = 100  # training steps between evaluations
     batch_size: int = 128  # examples per training step
     lr: float = 2e-3  # Adam learning rate, constant: time to target needs no schedule
-    buffer_size: int = 1280  # shuffle window after the echo stage: ten batches
+    buffer_size: int = 1280  # shuffle window: ten batches of distinct examples (x factor copies)
     pad: int = 2  # random-crop padding in pixels
     shard_size: int = 500  # examples per tar shard
     latency: float = 0.005  # seconds before each HTTP response starts
