@@ -293,7 +293,7 @@ class EchoDataset(IterableDataset[Any]):
             ValueError: a key is missing or a value is malformed.
         """
         loaded, totals = upgrade_state(state)
-        self._loop.load_state_dict(loaded, "EchoDataset")  # type: ignore[arg-type]
+        self._loop.load_state_dict(loaded, "EchoDataset")
         if get_worker_info() is None:
             # The training process carries the totals; a StatefulDataLoader's restored
             # workers count from the restore on.

@@ -80,7 +80,7 @@ class Tally(Stage[Any]):
         return repr(self.upstream)
 
 
-def upgrade_state(state: object) -> tuple[object, tuple[int, int] | None]:
+def upgrade_state(state: Any) -> tuple[Any, tuple[int, int] | None]:
     """A state in the epoch loop's format, and the totals an older one carried.
 
     States written by earlier versions, ``{"epoch", "pipeline", "totals"}`` (the
