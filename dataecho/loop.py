@@ -1,24 +1,87 @@
 """The one epoch loop the framework adapters stand on.
 
-A wrapper around a framework's loader (``EchoBatches``, ``EchoNode``) builds a new echo
-stage for every epoch, so that each epoch derives its own seeds. What is left to solve
-is the same for all of them, and is solved here once: which epoch is read, a loaded
-checkpoint that is applied when the next epoch's stage is built, and the totals of the
-finished epochs, so that :meth:`Epochs.stats` covers the whole run, also right after a
-restore. The counts travel in this loop's own state; nothing parses a stage's state.
+A wrapper around a framework's loader (``EchoBatches``, ``EchoNode``, ``EchoDataset``)
+builds a new echo stage for every epoch, so that each epoch derives its own seeds. What
+is left to solve is the same for all of them, and is solved here once: which epoch is
+read, a loaded checkpoint that is applied when the next epoch's stage is built, where an
+epoch read to its end stands, and the totals of the finished epochs, so that
+:meth:`Epochs.stats` covers the whole run, also right after a restore. The counts travel
+in this loop's own state; nothing parses a stage's state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Final, Literal, Protocol
 
-from ._checks import check_positive_int, state_int
+from ._checks import check_bool, check_positive_int, state_int
 from .stage import Stage, State
 from .stats import EchoStats
 
 _KEYS = ("epoch", "done", "stage", "counts")
+
+#: The position of an epoch read to its end, in a state's ``"stage"``.
+ENDED: Final = "ended"
+
+
+class EpochSource(Protocol):
+    """Says which epoch a loop's next stage reads (see :class:`LocalCounter`).
+
+    A loop whose copies live in several processes (``EchoDataset`` in DataLoader
+    workers) passes one backed by shared memory, so that every copy agrees.
+    """
+
+    def next(self) -> int:
+        """The epoch the next :meth:`begin` returns, unless a checkpoint names one."""
+        ...
+
+    def set(self, epoch: int) -> None:
+        """Makes ``epoch`` the one the next :meth:`begin` returns."""
+        ...
+
+    def begin(self, resume: int | None = None) -> int:
+        """The epoch of the stage now built; ``resume``, a loaded state's epoch, wins."""
+        ...
+
+    def ended(self, epoch: int) -> None:
+        """``epoch`` was read to its end."""
+        ...
+
+
+class LocalCounter:
+    """The epoch source a loop has by default: a count in the loop's own object.
+
+    An epoch is read again until it was read to its end; then the next one follows.
+
+    Example:
+        >>> counter = LocalCounter()
+        >>> counter.begin(), counter.begin()  # an iteration left before its end
+        (0, 0)
+        >>> counter.ended(0); counter.begin(), counter.begin(resume=7), counter.next()
+        (1, 7, 7)
+    """
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def next(self) -> int:
+        """The epoch the next :meth:`begin` returns without ``resume``."""
+        return self.value
+
+    def set(self, epoch: int) -> None:
+        """Makes ``epoch`` the one the next :meth:`begin` returns."""
+        self.value = epoch
+
+    def begin(self, resume: int | None = None) -> int:
+        """The epoch now read: ``resume`` if given, else the current one."""
+        if resume is not None:
+            self.value = resume
+        return self.value
+
+    def ended(self, epoch: int) -> None:
+        """``epoch`` was read to its end: the next one follows."""
+        self.value = epoch + 1
 
 
 class Epochs:
@@ -30,8 +93,23 @@ class Epochs:
     of another epoch is dropped (its counts stay in the totals), as with
     ``DistributedSampler.set_epoch``.
 
+    With ``mark_end``, for a loop whose caller may not yet know that an epoch is over
+    (a dataset inside a DataLoader sees the end inside a partial last batch, but not
+    after a full one), the epoch stays current after ``end()``: a state taken then names
+    it, with the position ``"ended"``, whatever the batch alignment. A start after a
+    restore of such a state reads nothing, and the one after it the next epoch; and
+    ``set_epoch`` ends the live stage whatever the epoch, since the caller has said
+    which epoch comes next.
+
     Args:
         build: ``build(epoch)`` returns the stage that reads that epoch.
+        counter: which epoch each start reads (an :class:`EpochSource`); default
+            :class:`LocalCounter`, a count in this object.
+        mark_end: keep an epoch read to its end current, named ``"ended"`` (see above).
+
+    Raises:
+        TypeError: ``build`` is not callable, ``mark_end`` is not a bool, or
+            ``counter`` lacks the :class:`EpochSource` methods.
 
     Example:
         >>> from dataecho import Echo
@@ -44,13 +122,40 @@ class Epochs:
         (1, 3, 6)
     """
 
-    def __init__(self, build: Callable[[int], Stage[Any]]) -> None:
+    def __init__(self, build: Callable[[int], Stage[Any]], counter: EpochSource | None = None,
+                 *, mark_end: bool = False) -> None:
+        if not callable(build):
+            raise TypeError(
+                f"build must be callable as build(epoch) -> stage, got "
+                f"{type(build).__name__}; pass a function that builds one epoch's stage")
+        missing = [m for m in ("next", "set", "begin", "ended")
+                   if not callable(getattr(counter, m, None))]
+        if counter is not None and missing:
+            raise TypeError(
+                f"counter must have the EpochSource methods next, set, begin and ended, got "
+                f"{type(counter).__name__} without {', '.join(missing)}; pass None for a "
+                "count in this loop, or an object with those methods")
         self._build = build
-        self.epoch = 0
+        self._counter: EpochSource = LocalCounter() if counter is None else counter
+        self._mark_end = check_bool(mark_end, "mark_end")
         self._stage: Stage[Any] | None = None
-        self._pending: State | None = None  # the loaded stage state, not applied yet
+        self._current: int | None = None  # the epoch of the live or ended stage
+        self._ended = False  # the current epoch was read to its end
+        # A loaded position not applied yet (a stage's state, or ENDED) and its epoch,
+        # which the next start reads whatever the counter says.
+        self._pending: State | Literal["ended"] | None = None
+        self._resume = 0
         self._pending_counts = _ZERO
         self._done = _ZERO  # counts of finished epochs
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the live (or ended) stage, else the one the next start reads."""
+        if self._current is not None:
+            return self._current
+        if self._pending is not None:
+            return self._resume
+        return self._counter.next()
 
     @property
     def stage(self) -> Stage[Any] | None:
@@ -62,6 +167,11 @@ class Epochs:
         """Whether a loaded state waits for the next :meth:`start`."""
         return self._pending is not None
 
+    @property
+    def ended(self) -> bool:
+        """Whether the current epoch was read to its end (see ``mark_end``)."""
+        return self._ended
+
     def set_epoch(self, epoch: int) -> None:
         """Makes ``epoch`` the one the next :meth:`start` reads.
 
@@ -70,30 +180,48 @@ class Epochs:
             ValueError: ``epoch`` is negative.
         """
         epoch = check_positive_int(epoch, "epoch", minimum=0)
-        if epoch != self.epoch:
+        other = epoch != self.epoch
+        if other or self._mark_end:
             # The old epoch's iteration is over even if it never reached its end (a
             # trainer takes len() batches and never asks for the next): count it now, so
             # a state taken before the new epoch's first item holds no old position.
             self._finish()
-            if self._pending is not None:
-                self._done = self._done + self._pending_counts
-                self._pending, self._pending_counts = None, _ZERO
-        self.epoch = epoch
+        if other and self._pending is not None:
+            self._done = self._done + self._pending_counts
+            self._pending, self._pending_counts = None, _ZERO
+        self._counter.set(epoch)
 
     def start(self) -> Stage[Any]:
-        """Builds the current epoch's stage, resuming a loaded state; returns it."""
+        """Builds the current epoch's stage, resuming a loaded state; returns it.
+
+        After a restore of a state taken at an epoch's end, it returns an empty stage
+        and the epoch counts as read to its end (:attr:`ended`).
+        """
         self._finish()
-        stage = self._build(self.epoch)
-        if self._pending is not None:
-            stage.load_state_dict(self._pending)
-            self._pending, self._pending_counts = None, _ZERO
-        self._stage = stage
+        pending = self._pending
+        epoch = self._counter.begin(None if pending is None else self._resume)
+        if pending == ENDED:
+            self._pending, self._current, self._ended = None, epoch, True
+            self._counter.ended(epoch)
+            return _Spent()
+        stage = self._build(epoch)
+        if pending is not None:
+            stage.load_state_dict(pending)  # a damaged state stays pending, and fails again
+        self._pending, self._pending_counts = None, _ZERO
+        self._stage, self._current = stage, epoch
         return stage
 
     def end(self) -> None:
-        """The current epoch was read to its end: counts it and moves to the next."""
+        """The current epoch was read to its end: counts it and moves to the next.
+
+        With ``mark_end`` the epoch stays current, marked ended, until the next
+        :meth:`start` or :meth:`set_epoch`.
+        """
+        epoch = self.epoch
         self._finish()
-        self.epoch += 1
+        self._counter.ended(epoch)
+        if self._mark_end:
+            self._current, self._ended = epoch, True
 
     def close(self) -> None:
         """Releases the live stage's resources (an adaptive stage's thread)."""
@@ -105,6 +233,7 @@ class Epochs:
             self._done = self._done + self._stage.stats()
             self._stage.close()
             self._stage = None
+        self._current, self._ended = None, False
 
     def _live(self) -> EchoStats:
         if self._stage is not None:
@@ -122,13 +251,18 @@ class Epochs:
     def state_dict(self) -> State:
         """Epoch, finished-epoch totals, the position in this epoch and its counts.
 
-        Taken after :meth:`load_state_dict` and before :meth:`start`, it is the loaded
-        state, so checkpointing again at once loses nothing.
+        The position (``"stage"``) is the live stage's state, ``"ended"`` after the
+        epoch's end (with ``mark_end``), or None at its start. Taken after
+        :meth:`load_state_dict` and before :meth:`start`, it is the loaded state, so
+        checkpointing again at once loses nothing.
         """
+        stage: State | str | None
         if self._stage is not None:
-            stage: State | None = self._stage.state_dict()
+            stage = self._stage.state_dict()
+        elif self._ended:
+            stage = ENDED
         else:
-            stage = None if self._pending is None else dict(self._pending)
+            stage = dict(self._pending) if isinstance(self._pending, Mapping) else self._pending
         return {"epoch": self.epoch, "done": asdict(self._done), "stage": stage,
                 "counts": asdict(self._live())}
 
@@ -159,21 +293,47 @@ class Epochs:
         done = _stats_of(state["done"], owner, "done")
         counts = _stats_of(state["counts"], owner, "counts")
         stage = state["stage"]
-        if stage is not None and not isinstance(stage, Mapping):
-            raise TypeError(
-                f"{owner} state 'stage' must be None or a stage's state dict, got "
-                f"{type(stage).__name__}; pass the dict saved from the checkpoint")
+        if not (stage is None or stage == ENDED or isinstance(stage, Mapping)):
+            raise ValueError(
+                f"state of {owner} has stage={stage!r}, but it must be None (the epoch's "
+                f"start), {ENDED!r} (after its end) or a stage's state dict: the checkpoint "
+                "is damaged; pass the dict saved from the checkpoint")
         if self._stage is not None:  # replaced by the checkpoint: not counted
             self._stage.close()
             self._stage = None
-        self.epoch, self._done = epoch, done
-        self._pending = None if stage is None else dict(stage)
-        self._pending_counts = counts if stage is not None else _ZERO
-        if stage is None:  # a checkpoint taken between epochs: its counts are done
-            self._done = self._done + counts
+        self._current, self._ended, self._done = None, False, done
+        if isinstance(stage, Mapping):
+            self._pending, self._resume, self._pending_counts = dict(stage), epoch, counts
+            return
+        # Between epochs, or at one's end: the checkpoint's counts are done.
+        self._done, self._pending_counts = self._done + counts, _ZERO
+        if stage is None:
+            self._pending = None
+            self._counter.set(epoch)
+        else:  # the next start reads this epoch, and finds nothing left
+            self._pending, self._resume = ENDED, epoch
 
 
 _ZERO = EchoStats(0, 0, 0, 0, None)
+
+
+class _Spent(Stage[Any]):
+    """The stage of an epoch restored at its end: nothing is left to read."""
+
+    def __next__(self) -> Any:
+        raise StopIteration
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+    def _snapshot(self) -> State:
+        return {}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def stats(self) -> EchoStats:
+        return _ZERO
 
 
 def _stats_of(value: object, owner: str, key: str) -> EchoStats:

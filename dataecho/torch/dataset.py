@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from dataclasses import asdict
+from typing import Any, Literal, cast
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .._checks import (
-    check_augment,
-    check_bool,
-    check_positive_int,
-    check_seed,
-    state_int,
-    state_mapping,
-    state_value,
-)
+from .._checks import check_augment, check_bool, check_positive_int, check_seed
 from ..factor import Auto, as_factor
 from ..iterable import as_stage
+from ..loop import Epochs
 from ..map import Map, fn_name
 from ..pipeline import pipeline
 from ..shard import Shard
@@ -26,7 +19,8 @@ from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
 from .sharding import check_rank, resolve_rank, shard_of
-from .workers import SLOTS, Counted, EpochCounter, worker_slot
+from .tally import Tally, upgrade_state
+from .workers import EpochCounter, SharedCounts
 
 Sharding = Literal["stream", "dataecho"]
 
@@ -189,13 +183,11 @@ class EchoDataset(IterableDataset[Any]):
             self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
         self.dataset = dataset
         self._repr = _describe(dataset, {**self.kwargs, "echo": echo, "factor": factor})
-        self._epochs = EpochCounter()
-        self._started = 0  # iterations begun by this copy of the object
-        self._pipe: Counted | None = None
-        # (epoch, position): what the next iteration of this copy resumes; the position
-        # is a pipeline state, None (the epoch's start) or _ENDED (after its end).
-        self._pending: tuple[int, Mapping[str, Any] | str | None] | None = None
-        self._counts = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS)
+        # The one epoch loop, with its epoch in shared memory: the worker copies of an
+        # iteration agree on it, and each new iteration reads the next, also in new
+        # copies (Lightning never calls set_epoch on an IterableDataset).
+        self._loop = Epochs(self._build, EpochCounter(), mark_end=True)
+        self._counts = SharedCounts()  # what the workers counted, for stats()
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -209,14 +201,17 @@ class EchoDataset(IterableDataset[Any]):
 
         A checkpoint loaded for another epoch is dropped (its epoch is over or skipped);
         one loaded for this epoch still resumes where it stopped.
-        """
-        epoch = check_positive_int(epoch, "epoch", minimum=0)
-        self._epochs.set(epoch)
-        self._pipe = None  # the position in an earlier iteration is no longer resumed
-        if self._pending is not None and self._pending[0] != epoch:
-            self._pending = None
 
-    def _build(self, epoch: int) -> Stage[Any]:
+        Raises:
+            TypeError: ``epoch`` is not an int.
+            ValueError: ``epoch`` is negative.
+        """
+        self._loop.set_epoch(epoch)
+
+    def _build(self, epoch: int) -> Tally:
+        return Tally(self._pipeline(epoch))
+
+    def _pipeline(self, epoch: int) -> Stage[Any]:
         shard, shards = shard_of(self.rank, self.world_size)
         if not self.stream:
             return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
@@ -244,81 +239,68 @@ class EchoDataset(IterableDataset[Any]):
                         num_shards=shards)
 
     def __iter__(self) -> Iterator[Any]:
-        pending, self._pending = self._pending, None
-        epoch = self._epochs.claim(self._started, None if pending is None else pending[0])
-        self._started += 1
-        pipe = self._build(epoch)
-        position = None if pending is None else pending[1]
-        if isinstance(position, Mapping):
-            pipe.load_state_dict(position)
-        self._pipe = Counted(pipe, self._counts, worker_slot(), epoch, self._epochs.rewind,
-                             nonempty=self.stream and pending is None)
-        if position == _ENDED:
-            self._pipe.ended = True  # the checkpointed epoch was read to its end
-        return self._pipe
+        # Eager, not a generator: the epoch is claimed and the pipeline built (and
+        # restored) now, so a state StatefulDataLoader takes before the first example
+        # already names this iteration's epoch.
+        loop = self._loop
+        check_empty = self.stream and not loop.pending  # a restored pass may be empty
+        stage = loop.start()
+        if loop.ended:  # restored after this epoch's end: nothing is left
+            return iter(())
+        return self._hand_out(cast(Tally, stage), check_empty)
+
+    def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
+        publish = self._counts.publisher(tally.counts)
+        for item in tally:
+            publish()
+            yield item
+        publish()
+        if self._loop.stage is tally:  # not replaced by set_epoch or a restore meanwhile
+            self._loop.end()
+        if check_empty and not tally.yields:
+            raise ValueError(_empty_message())
 
     def state_dict(self) -> State:
-        """The epoch and the position in it: None for its start, ``"ended"`` after its end.
+        """The epoch loop's state: the epoch, the position in it, and the counts.
 
-        The state after an epoch's last batch names that epoch whether or not the
-        DataLoader saw its end inside that batch (a partial last batch), so resuming
-        the epoch loop at ``state["epoch"]`` is exact with and without ``set_epoch``:
-        the first iteration reads what is left of that epoch, nothing when it ended.
+        ``"stage"`` is None for the epoch's start, ``"ended"`` after its end, or the
+        pipeline's state. The state after an epoch's last batch names that epoch whether
+        or not the DataLoader saw its end inside that batch (a partial last batch), so
+        resuming the epoch loop at ``state["epoch"]`` is exact with and without
+        ``set_epoch``: the first iteration reads what is left of that epoch, nothing
+        when it ended. ``"done"`` and ``"counts"`` are the finished epochs' and this
+        epoch's counts: in a worker, that worker's; in the training process, also what
+        its DataLoader workers counted (as finished).
         """
-        pipe = self._pipe
-        position: State | str | None
-        if pipe is not None:
-            epoch, position = pipe.epoch, _ENDED if pipe.ended else pipe.state_dict()
-        elif self._pending is not None:
-            epoch, loaded = self._pending
-            position = dict(loaded) if isinstance(loaded, Mapping) else loaded
-        else:
-            epoch, position = self._epochs.next(), None
-        totals = self.stats()
-        return {"epoch": epoch, "pipeline": position,
-                "totals": [totals.fresh_examples, totals.emitted_examples]}
+        state = self._loop.state_dict()
+        if get_worker_info() is None:
+            # The training process sees its workers' counts only in shared memory.
+            fresh, emitted = self._counts.total()
+            own = self._loop.stats()
+            extra = EchoStats(fresh - own.fresh_examples, emitted - own.emitted_examples,
+                              fresh - own.fresh_examples, emitted - own.emitted_examples, None)
+            state["done"] = asdict(EchoStats(**state["done"]) + extra)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next iteration resume the checkpointed epoch where it stopped."""
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                "state must be a dict returned by EchoDataset.state_dict(), got "
-                f"{type(state).__name__}; pass the dict saved from the checkpoint")
-        if "epoch" not in state:
-            raise ValueError(
-                f"state lacks the key 'epoch' that EchoDataset.state_dict() writes (it has "
-                f"{', '.join(map(str, state)) or 'none'}): it was saved by another object; "
-                "pass the dict saved from this dataset's checkpoint")
-        epoch = state_int(state, "epoch", "EchoDataset", rule="the epoch to resume")
-        position = state.get("pipeline")
-        if isinstance(position, Mapping) and position.get("stage") == "Counted":
-            position = _ENDED if position.get("ended") else state_mapping(
-                position, "upstream", "Counted")
-        if not (position is None or position == _ENDED or isinstance(position, Mapping)):
-            raise ValueError(
-                f"state of EchoDataset has pipeline={position!r}, but it must be None (the "
-                f"epoch's start), {_ENDED!r} (after its end) or a pipeline's state dict: the "
-                "checkpoint is damaged; pass the dict saved from this dataset's checkpoint")
-        totals = state_value({"totals": (0, 0), **state}, "totals", "EchoDataset")
-        if not isinstance(totals, Sequence) or isinstance(totals, str) or len(totals) != 2:
-            raise ValueError(
-                f"state of EchoDataset has totals={totals!r}, but it must be a list "
-                "[fresh_examples, emitted_examples]: the checkpoint is damaged; pass the "
-                "dict saved from this dataset's checkpoint")
-        named = {"totals[0]": totals[0], "totals[1]": totals[1]}
-        fresh = state_int(named, "totals[0]", "EchoDataset", rule="fresh examples")
-        emitted = state_int(named, "totals[1]", "EchoDataset", rule="emitted examples")
-        self._pipe = None
-        if get_worker_info() is not None:
-            # A StatefulDataLoader restoring this worker: its next iteration is the
-            # checkpointed one, whatever the other workers claim.
-            self._pending, self._started = (epoch, position), 0
-        else:
-            self._pending = None if position is None else (epoch, position)
-            self._epochs.set(epoch)
-            # The main process carries the totals; workers count from the restore on.
-            self._counts[:] = [0] * (2 * SLOTS)
-            self._counts[0], self._counts[1] = fresh, emitted
+        """Makes the next iteration resume the checkpointed epoch where it stopped.
+
+        Also reads the states earlier versions wrote (``{"epoch", "pipeline",
+        "totals"}``).
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+            ValueError: a key is missing or a value is malformed.
+        """
+        loaded, totals = upgrade_state(state)
+        self._loop.load_state_dict(loaded, "EchoDataset")
+        if get_worker_info() is None:
+            # The training process carries the totals; a StatefulDataLoader's restored
+            # workers count from the restore on.
+            if totals is None:
+                counts = self._loop.stats()
+                totals = (counts.fresh_examples, counts.emitted_examples)
+            self._counts.reset(*totals)
 
     def stats(self) -> EchoStats:
         """Fresh and emitted examples over all workers of this process, all epochs.
@@ -334,15 +316,11 @@ class EchoDataset(IterableDataset[Any]):
         plus the totals that checkpoint carried. Workers restored by a
         ``StatefulDataLoader`` count from the restore on.
         """
-        fresh = sum(self._counts[0::2])
-        emitted = sum(self._counts[1::2])
+        fresh, emitted = self._counts.total()
         return EchoStats(fresh, emitted, fresh, emitted, None)
 
     def __repr__(self) -> str:
         return f"EchoDataset({self._repr})"
-
-
-_ENDED = "ended"  # the position after an epoch's end, in a state
 
 
 def _is_stream(dataset: object) -> bool:
@@ -431,3 +409,12 @@ def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
         args.append(f"buffer_size={kwargs['buffer_size']!r}")
     args.append(f"seed={kwargs['seed']!r}")
     return ", ".join(args)
+
+
+def _empty_message() -> str:
+    info = get_worker_info()
+    where = ("the training process" if info is None
+             else f"DataLoader worker {info.id} of {info.num_workers}")
+    return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
+            "empty, or this reader's part of it is (fewer stream shards than DataLoader "
+            "workers times ranks); check the stream's files, or use fewer workers")

@@ -2,21 +2,17 @@
 
 DataLoader workers hold copies of the data set, new ones for each iteration without
 persistent workers. What they must agree on lives in shared memory: which epoch an
-iteration reads (:class:`EpochCounter`) and the fresh and emitted counts of every worker
-(:class:`Counted` publishes them), so that the training process sees one total.
+iteration reads (:class:`EpochCounter`, the epoch source of the dataset's epoch loop)
+and the fresh and emitted counts of every worker (:class:`SharedCounts`), so that the
+training process sees one total. Everything else is in each copy's own epoch loop.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from torch.utils.data import get_worker_info
-
-from .._checks import state_bool, state_int, state_mapping
-from ..stage import Stage, State
-from ..stats import chain
 
 #: Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
 #: per worker; the main process (num_workers=0) uses slot 0.
@@ -44,18 +40,24 @@ class EpochCounter:
     previous iteration was abandoned before all its workers started, where the first
     workers of the next iteration would join the old claim.)
 
+    As the epoch source of an epoch loop (``dataecho.loop.Epochs``), :meth:`begin`
+    claims with this copy's own count of iterations begun.
+
     Example:
         >>> counter = EpochCounter()
         >>> counter.claim(started=0), counter.claim(started=1)  # the training process
         (0, 1)
         >>> counter.set(5); counter.claim(started=0)
         5
+        >>> counter.begin(), counter.next()  # as an epoch source
+        (6, 7)
     """
 
     def __init__(self) -> None:
         # A synchronized array (its own lock) from the spawn context, which also works
         # in forked workers and pickles into spawned ones.
         self._shared = multiprocessing.get_context("spawn").Array("q", [0, 0, -1, 0, 0])
+        self._started = 0  # iterations begun by this copy (not shared: one per copy)
 
     def set(self, epoch: int) -> None:
         """Makes ``epoch`` the one the next iteration reads."""
@@ -91,14 +93,14 @@ class EpochCounter:
                 shared[_EPOCH], shared[_CLAIMS] = epoch, 1
             return epoch
 
-    def rewind(self, epoch: int) -> None:
-        """Makes ``epoch`` the next one again.
+    def begin(self, resume: int | None = None) -> int:
+        """Claims the epoch of the iteration now beginning in this copy (see :meth:`claim`)."""
+        epoch = self.claim(self._started, resume)
+        self._started += 1
+        return epoch
 
-        For an iteration restored from a checkpoint that turned out to hold the already
-        finished epoch before ``epoch``: it reads nothing, and the next reads ``epoch``.
-        """
-        with self._shared.get_lock():
-            self._shared[_NEXT] = epoch
+    def ended(self, epoch: int) -> None:
+        """Nothing to do: the next epoch was claimed when this one began."""
 
 
 def worker_slot() -> int:
@@ -115,92 +117,49 @@ def worker_slot() -> int:
     return int(info.id)
 
 
-class Counted(Stage[Any]):
-    """Publishes the counters of a worker's pipeline to shared memory; knows its end.
+class SharedCounts:
+    """The fresh and emitted examples of every DataLoader worker, in shared memory.
 
-    Its state says whether the pipeline was read to its end. A ``StatefulDataLoader``
-    restores a worker by loading the dataset's state (which then names the next epoch)
-    and then this state into the new iterator: an ended state keeps that iterator
-    empty, and ``rewind`` lets the dataset's next iteration read that next epoch.
+    Each worker adds to its own slot what its epoch loop counts (:meth:`publisher`); the
+    training process sums the slots. Raw (no lock): one writer per slot.
 
-    With ``nonempty``, a pass that yields nothing at all is an error (an empty stream,
-    or a worker whose part of it is empty), not a silent empty epoch.
+    Example:
+        >>> counts = SharedCounts()
+        >>> read = [3, 6]
+        >>> publish = counts.publisher(lambda: (read[0], read[1]))  # from 3 and 6 on
+        >>> read[:] = [5, 10]; publish()
+        >>> counts.total()
+        (2, 4)
+        >>> counts.reset(7, 14); counts.total()
+        (7, 14)
     """
 
-    upstream: Stage[Any]
+    def __init__(self) -> None:
+        self._array = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS)
 
-    def __init__(self, upstream: Stage[Any], counts: Any, slot: int, epoch: int,
-                 rewind: Callable[[int], None], *, nonempty: bool = False) -> None:
-        self.upstream, self.epoch, self.ended = upstream, epoch, False
-        self._rewind, self._nonempty, self._yields = rewind, nonempty, 0
-        stages = chain(upstream)
-        self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
-        # The stage whose reads are this worker's fresh examples: the last that counts
-        # reads (a Shard after the stream reader keeps only this worker's share).
-        # None when no stage counts its reads: then the items this stage yields count.
-        self._source = next((s for s in reversed(stages) if hasattr(s, "items_read")), None)
-        self._counts, self._slot = counts, 2 * slot
-        self._rebase()
+    def total(self) -> tuple[int, int]:
+        """(fresh, emitted) summed over every slot."""
+        return sum(self._array[0::2]), sum(self._array[1::2])
 
-    def _read(self) -> tuple[int, int]:
-        if self._echo is not None:
-            fresh, emitted, _, _ = self._echo.echo_counts()
-            return fresh, emitted
-        # No echo stage (factor 1): every example read is emitted once, as in
-        # dataecho.stats.collect, which is too slow to call per example.
-        read = self._yields if self._source is None else int(self._source.items_read)
-        return read, read
+    def reset(self, fresh: int, emitted: int) -> None:
+        """Makes (fresh, emitted) the total, in the training process's slot."""
+        self._array[:] = [0] * (2 * SLOTS)
+        self._array[0], self._array[1] = fresh, emitted
 
-    def _rebase(self) -> None:
-        # Totals of earlier epochs of this slot, minus what a restored pipeline had counted.
-        fresh, emitted = self._read()
-        self._base = (self._counts[self._slot] - fresh, self._counts[self._slot + 1] - emitted)
+    def publisher(self, counts: Callable[[], tuple[int, int]]) -> Callable[[], None]:
+        """A function that adds to this process's slot what ``counts()`` grew by since now.
 
-    def __next__(self) -> Any:
-        if self.ended:
-            raise StopIteration
-        try:
-            item = next(self.upstream)
-            self._yields += 1
-        except StopIteration:
-            self.ended = True
-            if self._nonempty and not self._yields:
-                raise ValueError(_empty_message()) from None
-            raise
-        finally:
-            fresh, emitted = self._read()
-            self._counts[self._slot] = self._base[0] + fresh
-            self._counts[self._slot + 1] = self._base[1] + emitted
-        return item
+        Args:
+            counts: returns (fresh, emitted) of this process's live pipeline, cheaply:
+                the function returned calls it for every example.
+        """
+        array, slot = self._array, 2 * worker_slot()
+        fresh, emitted = counts()
+        # Earlier epochs of this slot, minus what a restored pipeline had counted.
+        base_fresh, base_emitted = array[slot] - fresh, array[slot + 1] - emitted
 
-    def _config(self) -> dict[str, Any]:
-        return {}
+        def publish() -> None:
+            fresh, emitted = counts()
+            array[slot], array[slot + 1] = base_fresh + fresh, base_emitted + emitted
 
-    def _snapshot(self) -> State:
-        return {"epoch": self.epoch, "ended": self.ended,
-                "upstream": self.upstream.state_dict()}
-
-    def _set_state(self, state: Mapping[str, Any]) -> None:
-        # Defaults for checkpoints written before the keys existed.
-        state = {"ended": False, "epoch": self.epoch, **state}
-        ended = state_bool(state, "ended", "Counted")
-        epoch = state_int(state, "epoch", "Counted", rule="the epoch the worker read")
-        if ended:
-            if not self.ended and epoch != self.epoch:
-                self._rewind(self.epoch)
-            self.ended = True
-            return
-        self.upstream.load_state_dict(state_mapping(state, "upstream", "Counted"))
-        self._rebase()
-
-    def __repr__(self) -> str:
-        return repr(self.upstream)
-
-
-def _empty_message() -> str:
-    info = get_worker_info()
-    where = ("the training process" if info is None
-             else f"DataLoader worker {info.id} of {info.num_workers}")
-    return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
-            "empty, or this reader's part of it is (fewer stream shards than DataLoader "
-            "workers times ranks); check the stream's files, or use fewer workers")
+        return publish
