@@ -211,6 +211,15 @@ class Epochs:
         self._stage, self._current = stage, epoch
         return stage
 
+    def drop_pending(self) -> None:
+        """Forgets a loaded state not applied yet: the next start reads the counter's epoch.
+
+        For a copy of a loop whose checkpoint another copy resumed already (a DataLoader
+        worker of a later iteration). Its counts are not added: the copy that resumed
+        the state carries them.
+        """
+        self._pending, self._pending_counts = None, _ZERO
+
     def end(self) -> None:
         """The current epoch was read to its end: counts it and moves to the next.
 

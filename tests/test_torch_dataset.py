@@ -581,3 +581,44 @@ def test_an_old_state_between_epochs_resumes_at_the_epoch_it_names(position, epo
         assert [b.tolist() for b in loader2] == rest
     assert [b.tolist() for b in loader2] == whole[1]
     assert restored.stats() == ds.stats()
+
+
+def _resume_epochs(state, num_workers, persistent, epochs=3):
+    ds = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0)
+    ds.load_state_dict(json.loads(json.dumps(state)))
+    loader = DataLoader(ds, batch_size=4, num_workers=num_workers,
+                        persistent_workers=persistent,
+                        multiprocessing_context="spawn" if num_workers else None)
+    return [sorted(int(x) for batch in loader for x in batch) for _ in range(epochs)]
+
+
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (2, False), (2, True)])
+def test_a_state_loaded_in_the_training_process_is_resumed_by_one_iteration_only(
+        num_workers, persistent):
+    ds = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0)
+    list(DataLoader(ds, batch_size=4))
+    ended = ds.state_dict()  # epoch 0 read to its end
+    assert (ended["epoch"], ended["stage"]) == (0, "ended")
+    whole = sorted(2 * list(range(8)))
+    # The end of epoch 0, then whole epochs: not an empty epoch again and again (the
+    # copies of every iteration's non-persistent workers hold the loaded state).
+    assert _resume_epochs(ended, num_workers, persistent) == [[], whole, whole]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_mid_epoch_state_loaded_in_the_training_process_resumes_one_worker_once(persistent):
+    ds = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0)
+    it = iter(DataLoader(ds, batch_size=4))
+    first = [int(x) for x in next(it)]
+    state = ds.state_dict()
+    epochs = _resume_epochs(state, 1, persistent)
+    assert sorted(first + epochs[0]) == sorted(2 * list(range(8)))  # the rest of epoch 0
+    assert epochs[1] == epochs[2] == sorted(2 * list(range(8)))  # then whole epochs
+
+
+def test_a_mid_epoch_state_of_one_reader_is_refused_by_two_workers_naming_the_fix():
+    ds = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0)
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    with pytest.raises(ValueError, match="other number of DataLoader workers or ranks"):
+        _resume_epochs(ds.state_dict(), 2, False, epochs=1)

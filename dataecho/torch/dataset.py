@@ -186,8 +186,12 @@ class EchoDataset(IterableDataset[Any]):
         # The one epoch loop, with its epoch in shared memory: the worker copies of an
         # iteration agree on it, and each new iteration reads the next, also in new
         # copies (Lightning never calls set_epoch on an IterableDataset).
-        self._loop = Epochs(self._build, EpochCounter(), mark_end=True)
+        self._epochs = EpochCounter()
+        self._loop = Epochs(self._build, self._epochs, mark_end=True)
         self._counts = SharedCounts()  # what the workers counted, for stats()
+        # The number of a checkpoint loaded in the training process: every iteration's
+        # copies hold it, but only the first iteration after the load resumes it.
+        self._load: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -243,8 +247,22 @@ class EchoDataset(IterableDataset[Any]):
         # restored) now, so a state StatefulDataLoader takes before the first example
         # already names this iteration's epoch.
         loop = self._loop
+        if self._load is not None:
+            if loop.pending and not self._epochs.take(self._load):
+                loop.drop_pending()  # an earlier iteration resumed it
+            self._load = None
         check_empty = self.stream and not loop.pending  # a restored pass may be empty
-        stage = loop.start()
+        restoring = loop.pending
+        try:
+            stage = loop.start()
+        except ValueError as error:
+            if not restoring:
+                raise
+            raise ValueError(
+                f"EchoDataset cannot resume this checkpoint here ({error}): it was taken "
+                "with another number of DataLoader workers or ranks; resume with the ones "
+                "it was taken with, or checkpoint with torchdata's StatefulDataLoader, "
+                "which saves and restores every worker") from error
         if loop.ended:  # restored after this epoch's end: nothing is left
             return iter(())
         return self._hand_out(cast(Tally, stage), check_empty)
@@ -294,6 +312,9 @@ class EchoDataset(IterableDataset[Any]):
         """
         loaded, totals = upgrade_state(state)
         self._loop.load_state_dict(loaded, "EchoDataset")
+        # Loaded in a worker (a StatefulDataLoader's restore), the state is that worker's
+        # own; loaded here, the copies of every later iteration hold it (see __iter__).
+        self._load = None if get_worker_info() is not None else self._epochs.loaded()
         if get_worker_info() is None:
             # The training process carries the totals; a StatefulDataLoader's restored
             # workers count from the restore on.

@@ -20,8 +20,10 @@ SLOTS = 256
 
 # Fields of the shared record: the epoch the next iteration reads, then the iteration
 # that claimed an epoch last (its key: the DataLoader's base seed and the workers'
-# own iteration count), the epoch it got, and how many of its workers claimed it.
-_NEXT, _SEED, _COUNT, _EPOCH, _CLAIMS = range(5)
+# own iteration count), the epoch it got, and how many of its workers claimed it; then
+# the checkpoints loaded in the training process, the latest one an iteration took,
+# and that iteration's key and workers.
+_NEXT, _SEED, _COUNT, _EPOCH, _CLAIMS, _LOADS, _TAKEN, _TSEED, _TCOUNT, _TCLAIMS = range(10)
 
 
 class EpochCounter:
@@ -56,7 +58,8 @@ class EpochCounter:
     def __init__(self) -> None:
         # A synchronized array (its own lock) from the spawn context, which also works
         # in forked workers and pickles into spawned ones.
-        self._shared = multiprocessing.get_context("spawn").Array("q", [0, 0, -1, 0, 0])
+        self._shared = multiprocessing.get_context("spawn").Array(
+            "q", [0, 0, -1, 0, 0, 0, 0, 0, -1, 0])
         self._started = 0  # iterations begun by this copy (not shared: one per copy)
 
     def set(self, epoch: int) -> None:
@@ -92,6 +95,39 @@ class EpochCounter:
                 shared[_SEED], shared[_COUNT] = key
                 shared[_EPOCH], shared[_CLAIMS] = epoch, 1
             return epoch
+
+    def loaded(self) -> int:
+        """Records a checkpoint loaded in the training process; returns its number.
+
+        Every DataLoader iteration gets a copy of the data set holding that checkpoint
+        (new copies for each iteration without persistent workers); :meth:`take` lets
+        the first iteration after the load resume it, and only that one.
+        """
+        with self._shared.get_lock():
+            self._shared[_LOADS] += 1
+            return int(self._shared[_LOADS])
+
+    def take(self, load: int) -> bool:
+        """Whether the iteration now beginning in this copy resumes checkpoint ``load``.
+
+        True for every worker of the first iteration that asks after the load, False
+        for later iterations (whose copies still hold it) and for an older load.
+        """
+        info = get_worker_info()
+        key = (info.seed - info.id, self._started) if info is not None else (0, -1)
+        workers = info.num_workers if info is not None else 1
+        with self._shared.get_lock():
+            shared = self._shared
+            if load != shared[_LOADS]:
+                return False  # a newer checkpoint was loaded since
+            if shared[_TAKEN] < load:
+                shared[_TAKEN], shared[_TCLAIMS] = load, 1
+                shared[_TSEED], shared[_TCOUNT] = key
+                return True
+            if (shared[_TSEED], shared[_TCOUNT]) == key and shared[_TCLAIMS] < workers:
+                shared[_TCLAIMS] += 1
+                return True
+            return False
 
     def begin(self, resume: int | None = None) -> int:
         """Claims the epoch of the iteration now beginning in this copy (see :meth:`claim`)."""
