@@ -13,7 +13,7 @@ from .batch import Batch
 from .echo import Echo
 from .factor import Auto, as_factor
 from .map import Map
-from .shuffle import Shuffle
+from .shuffle import Shuffle, window_of
 from .source import Source
 from .stage import Stage
 
@@ -71,11 +71,12 @@ def pipeline(
             echoes a recent example only while the next fresh one is not ready; a
             ``Map(augment)`` after it augments every copy anew.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
-            batches for example echoing, none (1) for batch echoing, where each item is
-            a whole batch, and for ``echo=None`` (the baseline: given, the window stands
-            after the augmentation). 1 disables the post-echo shuffle. With ``Auto`` the adaptive
-            stage's own buffer spreads copies (``Auto(buffer_size=...)``) and this is an
-            error.
+            batches of distinct examples for example echoing (``10 * batch_size *
+            factor`` items, rounded up: :func:`dataecho.shuffle.window_of`); none (1)
+            for batch echoing, where each item is a whole batch, and for ``echo=None``
+            (the baseline: given, the window stands after the augmentation). 1
+            disables the post-echo shuffle. With ``Auto`` the adaptive stage's own
+            buffer spreads copies (``Auto(buffer_size=...)``) and this is an error.
         drop_last: drop a final partial batch.
         collate: batch collate function (default: numpy stacking).
         shuffle: permute the data set each epoch.
@@ -128,7 +129,9 @@ def pipeline(
     baseline_window = echo is None and buffer_size is not None
     if buffer_size is None:
         example_level = echo in ("before_augmentation", "after_augmentation")
-        buffer_size = 10 * (batch_size or 100) if example_level else 1
+        # Ten batches of distinct examples, so e copies each: window_of's reason.
+        copies = 1.0 if isinstance(factor, Auto) else factor
+        buffer_size = window_of(10 * (batch_size or 100), copies) if example_level else 1
     buffer_size = check_positive_int(buffer_size, "buffer_size")
     if echo is None or factor == 1.0:
         echo = None

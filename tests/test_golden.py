@@ -64,5 +64,6 @@ def test_derived_seeds_are_pinned():
 
 def test_adaptive_echo_picks_are_pinned_per_step():
     picks = _rng.Picks(0, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
-    assert [picks.below(k, 4) for k in range(16)] == [3, 1, 1, 2, 0, 0, 0, 2, 1, 3, 3, 3, 1, 3, 3, 0]
+    assert [picks.below(k, 4) for k in range(16)] == [
+        3, 1, 1, 2, 0, 0, 0, 2, 1, 3, 3, 3, 1, 3, 3, 0]
     assert [picks.below(k, 3) for k in (1023, 1024, 5000)] == [1, 1, 2]

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from ..factor import Auto
 from ..map import Map
 from ..pipeline import VARIANTS
+from ..shuffle import window_of
 from ..tarshards import TarShards
 from ..torch import EchoBatches, EchoDataset
 from .augment import PaddedDecode, crop_flip
@@ -127,10 +128,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         in_workers, window = Auto(buffer_size=buffer_size), None
     elif examples:
         in_workers = float(factor)
-        # The window holds buffer_size distinct examples' copies: with buffer_size
-        # copies only, a window of e copies each holds buffer_size / e examples, and
-        # at e = 4 the steps to the target grew by a third (benchmarks/results/).
-        window = math.ceil(buffer_size * in_workers)
+        window = window_of(buffer_size, in_workers)  # buffer_size distinct examples
     dataset = EchoDataset(stream, augment=crop_flip(pad), factor=in_workers,
                           echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
                           buffer_size=window, seed=seed)

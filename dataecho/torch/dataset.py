@@ -15,6 +15,7 @@ from ..loop import Epochs
 from ..map import Map, fn_name
 from ..pipeline import pipeline
 from ..shard import Shard
+from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
@@ -86,9 +87,10 @@ class EchoDataset(IterableDataset[Any]):
         factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline); or
             ``dataecho.Auto(max_factor=..., buffer_size=...)`` (``"auto"``) for adaptive
             echoing in the workers.
-        buffer_size: per-worker shuffle window after the echo stage (1 = none; default
-            1000); with ``Auto``, pass ``Auto(buffer_size=...)``, the examples echoes
-            are drawn from, instead.
+        buffer_size: per-worker shuffle window after the echo stage, in items (1 =
+            none; default the copies of 1,000 examples, ``ceil(1000 * factor)``:
+            :func:`dataecho.shuffle.window_of`); with ``Auto``, pass
+            ``Auto(buffer_size=...)``, the examples echoes are drawn from, instead.
         shuffle: permute a map-style data set each epoch (default True); a stream keeps
             its own order (shuffle the stream itself).
         seed: the one seed; each stage derives its own stream from it.
@@ -177,8 +179,10 @@ class EchoDataset(IterableDataset[Any]):
             augment=augment, echo=None if factor == 1 else echo,
             factor=None if factor == 1 else factor, batch_size=None, seed=seed)
         if not isinstance(factor, Auto):
+            # By default 1,000 distinct examples, so factor copies each (window_of).
             self.kwargs["buffer_size"] = check_positive_int(
-                1000 if buffer_size is None else buffer_size, "buffer_size")
+                window_of(1000, factor) if buffer_size is None else buffer_size,
+                "buffer_size")
         if not self.stream:
             self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
         self.dataset = dataset
