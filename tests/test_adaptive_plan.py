@@ -1,6 +1,7 @@
 """The adaptive decision, replayed deterministically: simulated clock, no threads."""
 
 import collections
+import itertools
 
 import numpy as np
 import pytest
@@ -184,3 +185,52 @@ def test_last_example_batch_is_topped_up_with_echoes_even_when_its_fresh_one_was
         clock.advance(1.0)
     assert batches[-1][0] == 199 and len(batches[-1]) == 3
     assert all(len(b) == 3 for b in batches)
+
+
+@pytest.mark.parametrize("ratio", [2, 8])
+def test_min_gap_spreads_the_copies_of_an_item_and_keeps_the_factor(ratio):
+    spread, out = simulate(ratio, n=600, buffer_size=64, min_gap=32)
+    packed, _ = simulate(ratio, n=600, buffer_size=64)
+    last: dict[int, int] = {}
+    gaps = []
+    for step, item in enumerate(out):
+        if item in last:
+            gaps.append(step - last[item])
+        last[item] = step
+    assert gaps and min(gaps) >= 32  # never two uses of one item closer than min_gap
+    s, p = spread.stats(), packed.stats()
+    assert s.fresh_items == p.fresh_items == 600
+    # The budget bounds the factor when the upstream is slow (ratio 8 > max_factor 4);
+    # with a fast one the buffer holds enough spaced items: the same factor either way.
+    assert abs(s.realised_factor - p.realised_factor) / p.realised_factor < 0.10
+    assert max(collections.Counter(out).values()) <= MAX
+
+
+def test_without_min_gap_a_starved_buffer_echoes_the_newest_item_back_to_back():
+    _, out = simulate(8, n=200, buffer_size=64)
+    adjacent = sum(a == b for a, b in itertools.pairwise(out))
+    assert adjacent > 50  # the behaviour min_gap exists to prevent
+
+
+def test_echo_buffer_with_a_gap_cools_each_used_item_for_gap_steps():
+    buf = EchoBuffer(size=8, max_uses=3, gap=2)
+    for i in range(4):
+        buf.add(f"x{i}", i, now=0)
+    assert buf.capacity == 0  # the fresh use counts: drawable from step 2 on
+    buf.release(1)
+    assert buf.capacity == 0
+    buf.release(2)
+    assert buf.capacity == 4
+    drawn = buf.draw(2, np.random.default_rng(0), now=2)
+    assert buf.capacity == 2 and len(buf.cooling) == 2
+    assert {use for _, _, use in drawn} == {1}
+    buf.release(4)
+    assert buf.capacity == 4
+    _, _, use = buf.take(0, now=4)
+    assert use == 1 and buf.capacity == 3
+    for k in range(5, 12):  # the rest of the budget: each item leaves after 3 uses
+        buf.release(k)
+        while buf.capacity:
+            buf.take(0, now=k)
+    buf.release(20)
+    assert buf.capacity == 0 and not buf.cooling

@@ -75,6 +75,11 @@ class AdaptiveEcho(Stage[T]):
             with the latest item only a burst's other items never get their echoes
             (``benchmarks/results/bursts.md``). Memory: that many items kept alive.
         prefetch: fresh items the thread reads ahead.
+        min_gap: steps between two uses of one item, at least; 0: none. Where the
+            upstream is far slower than the consumer only the newest items have echo
+            budget left, and without a gap their copies come back to back; with one,
+            the consumer waits instead and the copies are spread (the same waits, as
+            the budget is what bounds the factor there).
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
         size: examples in an item, for accounting; default ``sizes.default_size``.
@@ -104,6 +109,7 @@ class AdaptiveEcho(Stage[T]):
         min_fresh: int = 1,
         buffer_size: int = DEFAULT_BUFFER,
         prefetch: int = 2,
+        min_gap: int = 0,
         timeout: float | None = 120.0,
         seed: int = 0,
         size: Callable[[T], int] | None = None,
@@ -116,6 +122,7 @@ class AdaptiveEcho(Stage[T]):
         self.min_fresh = check_positive_int(min_fresh, "min_fresh")
         self.buffer_size = check_positive_int(buffer_size, "buffer_size")
         self.prefetch = check_positive_int(prefetch, "prefetch")
+        self.min_gap = check_positive_int(min_gap, "min_gap", minimum=0)
         self.timeout = check_timeout(timeout)
         self.seed = check_seed(seed)
         self.agree: Agreement = check_callable(agree, "agree", "agree(ready, capacity, ended)",
@@ -131,7 +138,8 @@ class AdaptiveEcho(Stage[T]):
                                 "pass a function such as time.perf_counter, or None"
                                 ) or time.perf_counter
         self._size = check_size(size) or default_size(self.upstream)
-        self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(self.buffer_size, self.max_factor)
+        self._buffer: EchoBuffer[tuple[Any, int]] = EchoBuffer(
+            self.buffer_size, self.max_factor, self.min_gap)
         # Echo picks: the draw of step k is keyed by (seed, k), so a restore repeats them.
         self._picks = _rng.Picks(self.seed, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
         self._feed: Feed[Any] | None = None
@@ -145,7 +153,7 @@ class AdaptiveEcho(Stage[T]):
         self._blocked = 0.0  # seconds inside next(), echoes on the lane below excepted
         # The echo lane: (ready queue, channel, buffer entries) of a warm pass in one
         # process reading through a Prefetcher; None otherwise. See __next__.
-        self._lane: tuple[Any, Channel[Any], Any] | None = None
+        self._lane: tuple[Any, Channel[Any], Any, Any] | None = None
 
     def __next__(self) -> T:
         lane = self._lane
@@ -154,17 +162,23 @@ class AdaptiveEcho(Stage[T]):
             # nothing ready, more to come, an item with budget left: echo it. A call
             # costs about what a fixed factor's copy does (benchmarks/adaptive.py);
             # it cannot wait, so it is left out of the blocked time (microseconds).
-            ready, channel, entries = lane
+            ready, channel, entries, cooling = lane
+            step = self._steps
+            if cooling and cooling[0][0] <= step:
+                self._buffer.release(step)
             # A running producer will deliver more (it clears ``running`` when it ends).
             if not ready and entries and channel.running:
                 held = len(entries)
-                pick = self._picks.below(self._steps, held) if held > 1 else 0
+                pick = self._picks.below(step, held) if held > 1 else 0
                 entry = entries[pick]
                 entry.uses += 1
                 if entry.uses >= self.max_factor:
                     del entries[pick]
+                elif self.min_gap:
+                    del entries[pick]
+                    cooling.append((step + self.min_gap, entry))
                 value, size = entry.item
-                self._steps += 1
+                self._steps = step + 1
                 self._emitted += 1
                 self._emitted_ex += size
                 return value  # type: ignore[no-any-return]
@@ -206,11 +220,13 @@ class AdaptiveEcho(Stage[T]):
     def _step(self) -> Any:
         if self._solo:  # the hot path: what _assemble(1) decides alone, in fewer calls
             feed: Feed[Any] = self._feed  # type: ignore[assignment]  # opened by __next__
+            if self.min_gap:
+                self._buffer.release(self._steps)
             if feed.ready():
                 value, self._resume, size = feed.get()
                 index = self._fresh
                 self._fresh, self._fresh_ex = index + 1, self._fresh_ex + size
-                self._buffer.add((value, size), index)
+                self._buffer.add((value, size), index, self._steps)
                 self._warm += 1
                 if self._lane is None:
                     self._arm()
@@ -220,7 +236,7 @@ class AdaptiveEcho(Stage[T]):
                 if not (held and self._warm >= self.min_fresh and not feed.finished()):
                     return self._general()
                 pick = self._picks.below(self._steps, held) if held > 1 else 0
-                (value, size), _, _ = buffer.take(pick)
+                (value, size), _, _ = buffer.take(pick, self._steps)
             self._steps += 1
             self._emitted += 1
             self._emitted_ex += size
@@ -245,6 +261,8 @@ class AdaptiveEcho(Stage[T]):
         not, so their later all-reduces paired with the wrong steps).
         """
         feed = self._open()
+        if self.min_gap:
+            self._buffer.release(self._steps)
         if self._solo:  # one process: no vote, so decide from one look at the feed
             ready = feed.ready()
             if ready >= need:  # not input-bound: fresh items only
@@ -287,7 +305,7 @@ class AdaptiveEcho(Stage[T]):
     def _keep(self, out: list[Copy], taken: int) -> list[Copy]:
         """Adds the first ``taken`` copies, the fresh ones, to the echo buffer."""
         for value, index, _, size in out[:taken]:
-            self._buffer.add((value, size), index)
+            self._buffer.add((value, size), index, self._steps)
         self._warm += taken
         if self._lane is None:
             self._arm()
@@ -298,7 +316,8 @@ class AdaptiveEcho(Stage[T]):
         feed = self._feed
         if (self.one_item_steps and self._solo and self._warm >= self.min_fresh
                 and isinstance(feed, Prefetcher)):
-            self._lane = (feed.channel.items, feed.channel, self._buffer.entries)
+            self._lane = (feed.channel.items, feed.channel, self._buffer.entries,
+                          self._buffer.cooling)
 
     def _take(self, produced: tuple[Any, State, int]) -> Copy:
         value, self._resume, size = produced
@@ -310,11 +329,13 @@ class AdaptiveEcho(Stage[T]):
     def _draw(self, n: int) -> list[Copy]:
         held = self._buffer.capacity
         if n == 1 and held > 1:  # the usual choice: one integer, drawn cheaply
-            (v, size), i, use = self._buffer.take(self._picks.below(self._steps, held))
+            (v, size), i, use = self._buffer.take(self._picks.below(self._steps, held),
+                                                  self._steps)
             return [(v, i, use, size)]
         # The (seed, step)-keyed generator only where there is a choice to make.
         choice = self._picks.at(self._steps) if held > n else None
-        return [(v, i, use, size) for (v, size), i, use in self._buffer.draw(n, choice)]
+        return [(v, i, use, size) for (v, size), i, use in self._buffer.draw(n, choice,
+                                                                             self._steps)]
 
     def _emit(self, copies: list[Copy]) -> None:
         self._steps += 1
@@ -353,14 +374,19 @@ class AdaptiveEcho(Stage[T]):
         return self._fresh_ex, self._emitted_ex, self._fresh, self._emitted
 
     def _config(self) -> dict[str, Any]:
-        return {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
-                "buffer_size": self.buffer_size, "seed": self.seed}
+        config = {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
+                  "buffer_size": self.buffer_size, "seed": self.seed}
+        if self.min_gap:  # absent at 0: states saved before min_gap existed still load
+            config["min_gap"] = self.min_gap
+        return config
 
     def _repr_args(self) -> dict[str, Any]:
         args = {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
                 "prefetch": self.prefetch}
         if self.buffer_size > 1:
             args |= {"buffer_size": self.buffer_size, "seed": self.seed}
+        if self.min_gap:
+            args["min_gap"] = self.min_gap
         return args
 
     def _snapshot(self) -> State:

@@ -232,8 +232,11 @@ EXAMPLE_BUFFER, EXAMPLE_PREFETCH = 1024, 64
 def _examples(source: Iterable[Any], echo: str, augment: Callable[..., Any] | None,
               auto: Auto, seed: int) -> Stage[Any]:
     def adaptive(upstream: Iterable[Any]) -> Stage[Any]:
+        buffer = auto.buffer_size or EXAMPLE_BUFFER
+        # Copies at least half a buffer apart: far slower upstreams leave budget to the
+        # newest examples only, whose copies would otherwise fill one batch.
         return AdaptiveEcho(upstream, max_factor=auto.max_factor, agree=auto.agree,
-                            buffer_size=auto.buffer_size or EXAMPLE_BUFFER,
+                            buffer_size=buffer, min_gap=buffer // 2,
                             prefetch=EXAMPLE_PREFETCH, seed=derive_seed(seed, _rng.ECHO_KEY),
                             size=one_per_item)
     def augmented(upstream: Iterable[Any]) -> Iterable[Any]:
