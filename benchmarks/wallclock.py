@@ -50,6 +50,7 @@ from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
 from dataecho.demo.remote import ShardServer
 from dataecho.demo.report import measured_ratio, versions, write_json
 from dataecho.experiments.store import Store
+from dataecho.factor import DEFAULT_MAX_FACTOR
 from dataecho.pipeline import VARIANTS
 
 RESULTS = Path(__file__).parent / "results"
@@ -186,6 +187,10 @@ def check_args(args: argparse.Namespace) -> None:
         if not 0 <= seed < 2**63:
             raise ValueError(f"--seeds must be ints in [0, 2**63), got {seed}; pass e.g. "
                              "--seeds 0 1 2")
+    if args.max_factor < 1:
+        raise ValueError(
+            f"--max-factor must be an int >= 1 (adaptive echoing's most uses of one "
+            f"example), got {args.max_factor}; pass e.g. --max-factor 8")
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise ValueError(
             f"--budget must be a finite number of seconds > 0, got {args.budget:g}; pass "
@@ -223,6 +228,23 @@ def check_store_device(store: Store, device: str, asked: str, tag: str) -> None:
             f"grid, or --tag {fresh} to start a separate store for {device}")
 
 
+def check_store_max_factor(store: Store, max_factor: int, tag: str) -> None:
+    """Raises ValueError when ``store`` holds adaptive runs of another ``max_factor``.
+
+    The store key has no ``max_factor`` (keeping the keys of stored grids): one store
+    holds one cap's adaptive runs, as it holds one device's.
+    """
+    stored = {int(r.get("config", {}).get("max_factor", DEFAULT_MAX_FACTOR))
+              for r in run_records(store) if r.get("factor") == "auto"}
+    other = sorted(stored - {max_factor})
+    if other:
+        raise ValueError(
+            f"--max-factor {max_factor}, but {store.path} (--tag {tag!r}) holds adaptive "
+            f"runs with max_factor {other[0]}: its keys have no max_factor, so they would "
+            f"be skipped as done; pass --max-factor {other[0]} to continue that grid, or a "
+            f"new --tag for max_factor {max_factor}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--ratios", type=float, nargs="+", default=[6.0, 4.0, 2.0],
@@ -234,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--preset", choices=("default", "quick", "smoke"), default="default")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="training device; one store holds one device's runs")
+    p.add_argument("--max-factor", type=int, default=DEFAULT_MAX_FACTOR,
+                   help="adaptive echoing's most uses of one example (default "
+                        f"{DEFAULT_MAX_FACTOR}); one store holds one value's runs")
     p.add_argument("--budget", type=float,
                    help="training seconds per run, > 0 (default: preset's)")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. 'gpu'")
@@ -256,10 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device is not None:
         try:
             check_store_device(store, device, args.device, args.tag)
+            check_store_max_factor(store, args.max_factor, args.tag)
         except ValueError as error:
             p.error(str(error))
         budget = {"budget_s": args.budget} if args.budget is not None else {}
-        cfg = DemoConfig(preset=args.preset, device=args.device,
+        cfg = DemoConfig(preset=args.preset, device=args.device, max_factor=args.max_factor,
                          **{**PRESETS[args.preset], **budget})
         specs = plan(args.ratios, args.factors, args.variants, args.seeds,
                      preset=args.preset, budget=args.budget)

@@ -114,8 +114,9 @@ def window_of(examples: int, factor: float) -> int:
     An echo of factor ``e`` puts ``e`` copies of each example into the window, so a
     window of ``n`` items holds only ``n / e`` examples; the default windows grow with
     the factor instead. Measured in the wall-clock benchmark at ``e = 4``: a window of
-    1,280 items (320 examples) needed 1,600 steps to the target on all three seeds,
-    one of 5,120 (1,280 examples) 1,100-1,500 (``docs/results/wallclock.md``).
+    1,280 items (320 examples) needed 1,600 steps to the target on each of three
+    seeds, one of 5,120 (1,280 examples) 1,100-1,500, the baseline 1,100-1,200
+    (``benchmarks/results/wallclock-public.md`` and ``wallclock-window.md``).
 
     Example:
         >>> window_of(1000, 1.0), window_of(1000, 2.5), window_of(1280, 4.0)

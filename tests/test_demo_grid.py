@@ -337,3 +337,26 @@ def test_the_committed_full_store_is_found_whole_on_the_cpu_and_refused_on_a_gpu
     wallclock.check_store_device(store, "cpu", "auto", "full")
     with pytest.raises(ValueError, match=r"--device cuda trains on cuda.*--tag full-cuda"):
         wallclock.check_store_device(store, "cuda", "cuda", "full")
+
+
+@pytest.mark.torch
+def test_a_store_of_one_max_factor_refuses_adaptive_runs_of_another(tmp_path, capsys):
+    wallclock = load_wallclock()
+    store = Store(wallclock.RESULTS / "wallclock-window.jsonl")
+    if not store.path.exists():
+        pytest.skip("no committed window grid")
+    wallclock.check_store_max_factor(store, 4, "window")  # the grid's own cap
+    with pytest.raises(ValueError, match=r"max_factor 4.*--max-factor 4.*new --tag"):
+        wallclock.check_store_max_factor(store, 8, "window")
+    with pytest.raises(SystemExit) as exit:
+        wallclock.main(["--preset", "smoke", "--max-factor", "0", "--out", str(tmp_path)])
+    assert exit.value.code == 2
+    assert "--max-factor must be an int >= 1" in capsys.readouterr().err
+
+
+def test_the_demo_passes_max_factor_to_its_adaptive_arms():
+    from dataecho.demo.config import DemoConfig, check_config, parse_args
+
+    assert parse_args(["--max-factor", "8"]).max_factor == 8
+    with pytest.raises(ValueError, match="--max-factor must be an int >= 1"):
+        check_config(DemoConfig(max_factor=0))

@@ -168,7 +168,7 @@ def one_run(cfg: DemoConfig, url: str, name: str, factor: Factor, device: torch.
     """One training run to ``cfg.target`` on the shards served at ``url``."""
     arm = make_loader(url, factor=factor, variant=cfg.variant, batch_size=cfg.batch_size,
                       buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad,
-                      num_workers=cfg.num_workers)
+                      num_workers=cfg.num_workers, max_factor=cfg.max_factor)
     print(f"\n{name}: {arm.pipeline}")
     torch.manual_seed(cfg.seed)  # every run starts from the same weights
     step = Step(small_cnn(), cfg.lr, device)

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from ..factor import Auto
+from ..factor import DEFAULT_MAX_FACTOR, Auto
 from ..map import Map
 from ..pipeline import VARIANTS
 from ..shuffle import window_of
@@ -75,7 +75,8 @@ def check_arm(factor: object, variant: object) -> Factor:
 
 def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmentation",
                 batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
-                num_workers: int = 1, prefetch: int = 2) -> Arm:
+                num_workers: int = 1, prefetch: int = 2,
+                max_factor: int = DEFAULT_MAX_FACTOR) -> Arm:
     """The loader of one arm over the shards served at ``url``.
 
     Workers are spawned, not forked: the parent runs the shard server's threads, and
@@ -104,6 +105,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         pad: crop padding of the augmentation, in pixels.
         num_workers: DataLoader worker processes, each reading whole shards.
         prefetch: shards each worker downloads ahead.
+        max_factor: adaptive echoing's most uses of one example (``Auto(max_factor)``).
 
     Example:
         >>> import tempfile
@@ -125,7 +127,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     in_workers: float | Auto = 1.0
     window: int | None = buffer_size
     if examples and factor == "auto":  # Auto's buffer spreads its copies, not a window
-        in_workers, window = Auto(buffer_size=buffer_size), None
+        in_workers, window = Auto(max_factor=max_factor, buffer_size=buffer_size), None
     elif examples:
         in_workers = float(factor)
         window = window_of(buffer_size, in_workers)  # buffer_size distinct examples
@@ -141,7 +143,8 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
             f"drop_last=True, num_workers={num_workers})")
     if variant == "batch" and factor != 1.0:
-        echo = EchoBatches(loader, Auto(buffer_size=echo_buffer(buffer_size, batch_size))
+        echo = EchoBatches(loader, Auto(max_factor=max_factor,
+                                        buffer_size=echo_buffer(buffer_size, batch_size))
                            if factor == "auto" else factor, seed=seed)
         return Arm(echo, shards.num_samples,
                    repr(echo).replace(f"<{type(loader).__name__}>", text, 1))
