@@ -7,7 +7,7 @@ Two DataLoader workers each read their half of a stream whose every example cost
 decoders do); the training loop takes batches of ``B`` and sleeps ``t_step`` per step.
 The upstream delivers ``W / t_read`` examples/s and the loop wants ``B / t_step``, so
 ``R = B * t_read / (W * t_step)``. For each R, in the same process: no echo (factor 1),
-the fixed factor ``e = min(R, max_factor)``, and ``EchoDataset(factor=Auto())``.
+the fixed factor ``e = min(R, max_factor)``, and ``EchoDataset(factor=Auto(max_factor=4))``.
 
 Reported per run: the realised factor (emitted over fresh examples), the stall (the
 share of the loop's time spent waiting for a batch, after the first), and steps/s. A
@@ -102,7 +102,7 @@ def main() -> None:
     for ratio in cfg.ratios:
         target = min(ratio, DEFAULT_MAX_FACTOR)
         arms: list[tuple[str, float | Auto]] = [
-            ("no echo", 1.0), (f"fixed e={target:g}", float(target)), ("auto", Auto())]
+            ("no echo", 1.0), (f"fixed e={target:g}", float(target)), ("auto", Auto(max_factor=DEFAULT_MAX_FACTOR))]
         for name, factor in arms:
             trials = [run(cfg, ratio, factor) for _ in range(cfg.trials)]
             rows.append({"R": ratio, "arm": name, "target": target,

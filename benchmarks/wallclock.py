@@ -187,7 +187,7 @@ def check_args(args: argparse.Namespace) -> None:
         if not 0 <= seed < 2**63:
             raise ValueError(f"--seeds must be ints in [0, 2**63), got {seed}; pass e.g. "
                              "--seeds 0 1 2")
-    if args.max_factor < 1:
+    if args.max_factor is not None and args.max_factor < 1:
         raise ValueError(
             f"--max-factor must be an int >= 1 (adaptive echoing's most uses of one "
             f"example), got {args.max_factor}; pass e.g. --max-factor 8")
@@ -228,21 +228,23 @@ def check_store_device(store: Store, device: str, asked: str, tag: str) -> None:
             f"grid, or --tag {fresh} to start a separate store for {device}")
 
 
-def check_store_max_factor(store: Store, max_factor: int, tag: str) -> None:
+def check_store_max_factor(store: Store, max_factor: int | None, tag: str) -> None:
     """Raises ValueError when ``store`` holds adaptive runs of another ``max_factor``.
 
     The store key has no ``max_factor`` (keeping the keys of stored grids): one store
     holds one cap's adaptive runs, as it holds one device's.
     """
-    stored = {int(r.get("config", {}).get("max_factor", DEFAULT_MAX_FACTOR))
+    # Runs stored before the field existed were capped at the one default of then, 4.
+    stored = {r.get("config", {}).get("max_factor", DEFAULT_MAX_FACTOR)
               for r in run_records(store) if r.get("factor") == "auto"}
-    other = sorted(stored - {max_factor})
+    other = sorted(stored - {max_factor}, key=str)
     if other:
+        given = "its default" if max_factor is None else max_factor
         raise ValueError(
-            f"--max-factor {max_factor}, but {store.path} (--tag {tag!r}) holds adaptive "
+            f"--max-factor {given}, but {store.path} (--tag {tag!r}) holds adaptive "
             f"runs with max_factor {other[0]}: its keys have no max_factor, so they would "
             f"be skipped as done; pass --max-factor {other[0]} to continue that grid, or a "
-            f"new --tag for max_factor {max_factor}")
+            f"new --tag for max_factor {given}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,9 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--preset", choices=("default", "quick", "smoke"), default="default")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="training device; one store holds one device's runs")
-    p.add_argument("--max-factor", type=int, default=DEFAULT_MAX_FACTOR,
-                   help="adaptive echoing's most uses of one example (default "
-                        f"{DEFAULT_MAX_FACTOR}); one store holds one value's runs")
+    p.add_argument("--max-factor", type=int,
+                   help="adaptive echoing's most uses of one example (default: Auto's, 8 "
+                        "before augmentation, 4 after it and for batches); one store holds "
+                        "one value's runs")
     p.add_argument("--budget", type=float,
                    help="training seconds per run, > 0 (default: preset's)")
     p.add_argument("--tag", default="", help="suffix of the result files, e.g. 'gpu'")

@@ -13,10 +13,17 @@ from typing import Any, Literal
 
 from ._checks import check_factor, check_positive_int
 
-#: Uses of one fresh item at most, by default. The paper's gains grow up to e ≈ 4-8
-#: with diminishing returns, and about 4 repetitions of data are nearly as good as
-#: fresh data (Muennighoff et al., 2023): 4 is the largest cap safe by both measures.
+#: Uses of one fresh item at most, by default, where its copies are identical (after
+#: augmentation, whole batches): identical copies lose value fast, and in the wall-clock
+#: benchmark at R about 6.7 e = 6 was slower than e = 4 after augmentation (1.47x
+#: against 2.38x) and for batches (1.53x against 1.61x). Also the adaptive classes'
+#: own default.
 DEFAULT_MAX_FACTOR = 4
+#: Uses of one fresh example at most, by default, where every copy is augmented anew
+#: (example echoing before augmentation): there e = 6 beat e = 4 at R about 6.7 (5.00x
+#: against 3.73x) and ``Auto(max_factor=8)`` reached 4.28x where a cap of 4 gave 3.20x
+#: (benchmarks/results/wallclock-dec2026*.md); 8 is the top of the paper's useful range.
+AUGMENTED_MAX_FACTOR = 8
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,10 @@ class Auto:
     runs are not bit-reproducible: use a fixed factor when they must be.
 
     Args:
-        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo).
+        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo);
+            None: 8 where every copy is augmented anew (example echoing before
+            augmentation, :data:`AUGMENTED_MAX_FACTOR`), 4 where copies are identical
+            (after augmentation, batches; :data:`DEFAULT_MAX_FACTOR`).
         buffer_size: recent items echoes are drawn from (examples for example
             echoing, batches for batch echoing); None: the adaptive stage's default.
         agree: a cross-rank agreement such as
@@ -38,18 +48,19 @@ class Auto:
     Example:
         >>> Auto(max_factor=3)
         Auto(max_factor=3)
-        >>> as_factor("auto") == Auto()
-        True
+        >>> as_factor("auto") == Auto(), Auto().cap(augmented=True), Auto().cap(augmented=False)
+        (True, 8, 4)
     """
 
-    max_factor: int = DEFAULT_MAX_FACTOR
+    max_factor: int | None = None
     buffer_size: int | None = None
     agree: Any = None
 
     def __post_init__(self) -> None:
         # Checked here so that an invalid Auto cannot be written down at all.
-        object.__setattr__(self, "max_factor",
-                           check_positive_int(self.max_factor, "Auto.max_factor"))
+        if self.max_factor is not None:
+            object.__setattr__(self, "max_factor",
+                               check_positive_int(self.max_factor, "Auto.max_factor"))
         if self.buffer_size is not None:
             object.__setattr__(self, "buffer_size",
                                check_positive_int(self.buffer_size, "Auto.buffer_size"))
@@ -59,8 +70,14 @@ class Auto:
                 f"type {type(self.agree).__name__}; pass "
                 "dataecho.torch.distributed.RankAgreement() under DDP, or leave it None")
 
+    def cap(self, augmented: bool) -> int:
+        """``max_factor``, or its default for copies augmented anew (8) or identical (4)."""
+        if self.max_factor is not None:
+            return self.max_factor
+        return AUGMENTED_MAX_FACTOR if augmented else DEFAULT_MAX_FACTOR
+
     def __repr__(self) -> str:
-        args = [f"max_factor={self.max_factor}"]
+        args = [] if self.max_factor is None else [f"max_factor={self.max_factor}"]
         if self.buffer_size is not None:
             args.append(f"buffer_size={self.buffer_size}")
         if self.agree is not None:

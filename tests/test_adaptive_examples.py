@@ -219,3 +219,20 @@ def test_a_failed_augmentation_counts_no_batch_and_a_checkpoint_loses_no_example
         restored.load_state_dict(state)
         assert list(restored) == [[4, 5, 6, 7], [8, 9, 10, 11]]
         assert restored.stats().fresh_examples == 12
+
+
+def test_auto_caps_copies_augmented_anew_at_8_and_identical_copies_at_4():
+    from dataecho import Auto
+    from dataecho.adaptive.examples import make_auto
+
+    def cap(echo, batch_size):
+        stage = make_auto(range(8), echo=echo, batch_size=batch_size,
+                          augment=lambda x, rng: x, auto=Auto())
+        from dataecho.stats import chain
+        return next(s.max_factor for s in chain(stage) if hasattr(s, "max_factor"))
+
+    assert cap("before_augmentation", None) == cap("before_augmentation", 4) == 8
+    assert cap("after_augmentation", None) == cap("after_augmentation", 4) == 4
+    assert cap("batch", 4) == 4
+    assert Auto(max_factor=5).cap(augmented=True) == Auto(max_factor=5).cap(augmented=False) == 5
+    assert repr(Auto()) == "Auto()" and repr(Auto(max_factor=4)) == "Auto(max_factor=4)"

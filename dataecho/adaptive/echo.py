@@ -153,7 +153,7 @@ class AdaptiveEcho(Stage[T]):
         self._blocked = 0.0  # seconds inside next(), echoes on the lane below excepted
         # The echo lane: (ready queue, channel, buffer entries) of a warm pass in one
         # process reading through a Prefetcher; None otherwise. See __next__.
-        self._lane: tuple[Any, Channel[Any], Any, Any] | None = None
+        self._lane: tuple[Any, Channel[Any], Any, Any, _rng.Picks, int, int] | None = None
 
     def __next__(self) -> T:
         lane = self._lane
@@ -162,21 +162,25 @@ class AdaptiveEcho(Stage[T]):
             # nothing ready, more to come, an item with budget left: echo it. A call
             # costs about what a fixed factor's copy does (benchmarks/adaptive.py);
             # it cannot wait, so it is left out of the blocked time (microseconds).
-            ready, channel, entries, cooling = lane
+            ready, channel, entries, cooling, picks, uses, gap = lane
             step = self._steps
             if cooling and cooling[0][0] <= step:
                 self._buffer.release(step)
             # A running producer will deliver more (it clears ``running`` when it ends).
             if not ready and entries and channel.running:
                 held = len(entries)
-                pick = self._picks.below(step, held) if held > 1 else 0
+                pick = 0
+                if held > 1:  # Picks.below, inline while the step is in the loaded block
+                    i = step - picks.first
+                    pick = ((picks.block[i] * held) >> 32 if 0 <= i < picks.BLOCK
+                            else picks.below(step, held))
                 entry = entries[pick]
                 entry.uses += 1
-                if entry.uses >= self.max_factor:
+                if entry.uses >= uses:
                     del entries[pick]
-                elif self.min_gap:
+                elif gap:
                     del entries[pick]
-                    cooling.append((step + self.min_gap, entry))
+                    cooling.append((step + gap, entry))
                 value, size = entry.item
                 self._steps = step + 1
                 self._emitted += 1
@@ -317,7 +321,7 @@ class AdaptiveEcho(Stage[T]):
         if (self.one_item_steps and self._solo and self._warm >= self.min_fresh
                 and isinstance(feed, Prefetcher)):
             self._lane = (feed.channel.items, feed.channel, self._buffer.entries,
-                          self._buffer.cooling)
+                          self._buffer.cooling, self._picks, self.max_factor, self.min_gap)
 
     def _take(self, produced: tuple[Any, State, int]) -> Copy:
         value, self._resume, size = produced

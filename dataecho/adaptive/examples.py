@@ -213,10 +213,11 @@ def make_auto(
         stage = Map(stage, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
     if echo == "batch":
         batches = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
-        return AdaptiveEcho(batches, max_factor=auto.max_factor,
+        return AdaptiveEcho(batches, max_factor=auto.cap(augmented=False),
                             seed=derive_seed(seed, _rng.ECHO_KEY),
                             buffer_size=auto.buffer_size or DEFAULT_BUFFER, agree=auto.agree)
-    return AdaptiveExamples(stage, batch_size, max_factor=auto.max_factor,
+    return AdaptiveExamples(stage, batch_size,
+                            max_factor=auto.cap(augmented=echo == "before_augmentation"),
                             drop_last=drop_last, collate=collate,
                             seed=derive_seed(seed, _rng.ECHO_KEY),
                             buffer_size=auto.buffer_size, agree=auto.agree,
@@ -235,7 +236,8 @@ def _examples(source: Iterable[Any], echo: str, augment: Callable[..., Any] | No
         buffer = auto.buffer_size or EXAMPLE_BUFFER
         # Copies at least half a buffer apart: far slower upstreams leave budget to the
         # newest examples only, whose copies would otherwise fill one batch.
-        return AdaptiveEcho(upstream, max_factor=auto.max_factor, agree=auto.agree,
+        return AdaptiveEcho(upstream, max_factor=auto.cap(echo == "before_augmentation"),
+                            agree=auto.agree,
                             buffer_size=buffer, min_gap=buffer // 2,
                             prefetch=EXAMPLE_PREFETCH, seed=derive_seed(seed, _rng.ECHO_KEY),
                             size=one_per_item)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..factor import DEFAULT_MAX_FACTOR
+from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
 from ..pipeline import VARIANTS
 
 
@@ -21,7 +21,7 @@ class DemoConfig:
     ratio: float = 5.0  # R to set up: seconds to fetch a batch / seconds per training step
     factor: float | None = None  # fixed echo factor of run (b); None: default_factor(ratio)
     adaptive: bool = True  # also run adaptive echoing (c)
-    max_factor: int = DEFAULT_MAX_FACTOR  # adaptive echoing's most uses of one example
+    max_factor: int | None = None  # adaptive echoing's most uses of one example; None: Auto's
     # Where the echo stands: "before_augmentation" (the paper's best),
     # "after_augmentation" (identical copies) or "batch" (whole batches, in the trainer).
     variant: str = "before_augmentation"
@@ -107,7 +107,8 @@ def parse_args(argv: list[str]) -> DemoConfig:
                    help="where echoing stands (default before_augmentation)")
     p.add_argument("--max-factor", type=int,
                    help=f"adaptive echoing's most uses of one example, >= 1 (default "
-                        f"{DEFAULT_MAX_FACTOR})")
+                        f"{AUGMENTED_MAX_FACTOR} before augmentation, {DEFAULT_MAX_FACTOR} "
+                        "after it and for batches)")
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false", default=None,
                    help="skip the adaptive run")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),
@@ -151,8 +152,8 @@ def check_config(cfg: DemoConfig) -> DemoConfig:
             f"--factor must be a finite number >= 1 (uses of each fresh example; 1 is no "
             f"echoing), got {cfg.factor:g}; pass e.g. --factor 4, or leave it out for R "
             f"rounded half up (here {default_factor(cfg.ratio):g})")
-    if isinstance(cfg.max_factor, bool) or not isinstance(cfg.max_factor, int) or \
-            cfg.max_factor < 1:
+    if cfg.max_factor is not None and (isinstance(cfg.max_factor, bool) or not isinstance(
+            cfg.max_factor, int) or cfg.max_factor < 1):
         raise ValueError(
             f"--max-factor must be an int >= 1 (the most uses of one example in adaptive "
             f"echoing; 1 is no echoing), got {cfg.max_factor!r}; pass e.g. --max-factor 8 "

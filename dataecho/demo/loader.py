@@ -22,7 +22,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from ..factor import DEFAULT_MAX_FACTOR, Auto
+from ..factor import Auto
 from ..map import Map
 from ..pipeline import VARIANTS
 from ..shuffle import window_of
@@ -76,7 +76,7 @@ def check_arm(factor: object, variant: object) -> Factor:
 def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmentation",
                 batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
                 num_workers: int = 1, prefetch: int = 2,
-                max_factor: int = DEFAULT_MAX_FACTOR) -> Arm:
+                max_factor: int | None = None) -> Arm:
     """The loader of one arm over the shards served at ``url``.
 
     Workers are spawned, not forked: the parent runs the shard server's threads, and
@@ -105,7 +105,8 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         pad: crop padding of the augmentation, in pixels.
         num_workers: DataLoader worker processes, each reading whole shards.
         prefetch: shards each worker downloads ahead.
-        max_factor: adaptive echoing's most uses of one example (``Auto(max_factor)``).
+        max_factor: adaptive echoing's most uses of one example (``Auto(max_factor)``);
+            None: ``Auto``'s default for the variant.
 
     Example:
         >>> import tempfile

@@ -214,7 +214,7 @@ def _make_echo(loader: Iterable[Any], factor: float | Auto, seed: int,
                size: Callable[[Any], int], epoch: int) -> Stage[Any]:
     upstream, epoch_seed = as_stage(loader), derive_seed(seed, epoch)
     if isinstance(factor, Auto):
-        return AdaptiveEcho(upstream, max_factor=factor.max_factor, seed=epoch_seed,
+        return AdaptiveEcho(upstream, max_factor=factor.cap(augmented=False), seed=epoch_seed,
                             size=size, agree=factor.agree, buffer_size=_echo_buffer(factor))
     return Echo(upstream, factor, seed=epoch_seed, size=size)
 

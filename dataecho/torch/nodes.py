@@ -109,7 +109,7 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
             # AdaptiveEcho's own default measures items as batches; a node's items
             # count 1 each unless size says otherwise, as with a fixed factor.
             buffer = self.factor.buffer_size
-            echo = AdaptiveEcho(upstream, max_factor=self.factor.max_factor,
+            echo = AdaptiveEcho(upstream, max_factor=self.factor.cap(augmented=False),
                                 agree=self.factor.agree, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
                                 size=self.size or one_per_item,
                                 buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
