@@ -102,7 +102,8 @@ def main() -> None:
     for ratio in cfg.ratios:
         target = min(ratio, DEFAULT_MAX_FACTOR)
         arms: list[tuple[str, float | Auto]] = [
-            ("no echo", 1.0), (f"fixed e={target:g}", float(target)), ("auto", Auto(max_factor=DEFAULT_MAX_FACTOR))]
+            ("no echo", 1.0), (f"fixed e={target:g}", float(target)),
+            ("auto", Auto(max_factor=DEFAULT_MAX_FACTOR))]
         for name, factor in arms:
             trials = [run(cfg, ratio, factor) for _ in range(cfg.trials)]
             rows.append({"R": ratio, "arm": name, "target": target,

@@ -97,7 +97,7 @@ def as_factor(factor: float | Auto | Literal["auto"], name: str = "factor") -> f
 
     Example:
         >>> as_factor(2), as_factor("auto")
-        (2.0, Auto(max_factor=4))
+        (2.0, Auto())
     """
     if isinstance(factor, Auto):
         return factor

@@ -616,9 +616,13 @@ def test_a_mid_epoch_state_loaded_in_the_training_process_resumes_one_worker_onc
     assert epochs[1] == epochs[2] == sorted(2 * list(range(8)))  # then whole epochs
 
 
-def test_a_mid_epoch_state_of_one_reader_is_refused_by_two_workers_naming_the_fix():
+def test_a_mid_epoch_state_of_one_reader_is_refused_by_another_split_naming_the_fix():
     ds = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0)
     it = iter(DataLoader(ds, batch_size=4))
     next(it)
+    # Two ranks (in-process here; two DataLoader workers split the same way).
+    restored = EchoDataset(list(range(8)), factor=2, buffer_size=1, seed=0, rank=0,
+                           world_size=2)
+    restored.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     with pytest.raises(ValueError, match="other number of DataLoader workers or ranks"):
-        _resume_epochs(ds.state_dict(), 2, False, epochs=1)
+        next(iter(DataLoader(restored, batch_size=4)))

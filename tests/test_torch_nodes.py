@@ -228,5 +228,6 @@ def test_auto_counts_one_example_per_item_by_default(no_thread_leak):
 
 
 def test_auto_carries_the_adaptive_parameters():
-    assert EchoNode(IterableWrapper([1]), "auto").factor == Auto(max_factor=4)
+    assert EchoNode(IterableWrapper([1]), "auto").factor == Auto()
+    assert Auto().cap(augmented=False) == 4  # a node's copies are identical items
     assert EchoNode(IterableWrapper([1]), Auto(max_factor=3)).factor.max_factor == 3
