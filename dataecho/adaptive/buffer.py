@@ -93,8 +93,8 @@ class EchoBuffer(Generic[T]):
             entry = entries[i]
             out.append((entry.item, entry.index, entry.uses))
             entry.uses += 1
-        drawn = {id(entries[i]) for i in picks}
         if self.gap or any(entries[i].uses >= self.max_uses for i in picks):
+            drawn = {id(entries[i]) for i in picks}
             kept = [e for e in entries
                     if id(e) not in drawn or (e.uses < self.max_uses and not self.gap)]
             cool = [entries[i] for i in picks if entries[i].uses < self.max_uses]

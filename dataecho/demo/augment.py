@@ -58,7 +58,7 @@ class PaddedDecode:
         p = self.pad
         if not p:
             return image, label, index
-        # A slice into zeros: the same array as np.pad's, 0.9 µs against 13 µs.
+        # A slice into zeros: the array np.pad returns, without its general machinery.
         h, w = image.shape
         padded = np.zeros((h + 2 * p, w + 2 * p), image.dtype)
         padded[p:-p, p:-p] = image

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
+from typing import Any
 
 from torch.utils.data import get_worker_info
 
@@ -24,6 +25,8 @@ SLOTS = 256
 # the checkpoints loaded in the training process, the latest one an iteration took,
 # and that iteration's key and workers.
 _NEXT, _SEED, _COUNT, _EPOCH, _CLAIMS, _LOADS, _TAKEN, _TSEED, _TCOUNT, _TCLAIMS = range(10)
+# The two records of "which iteration did it" (key fields, then its workers' count).
+_EPOCH_CLAIM, _LOAD_CLAIM = (_SEED, _COUNT, _CLAIMS), (_TSEED, _TCOUNT, _TCLAIMS)
 
 
 class EpochCounter:
@@ -80,20 +83,14 @@ class EpochCounter:
             resume: the epoch a restored checkpoint names for this iteration; it wins,
                 and the next iteration reads the one after it.
         """
-        info = get_worker_info()
+        key, workers = _iteration(started)
         with self._shared.get_lock():
             shared = self._shared
-            if info is not None:
-                key = (info.seed - info.id, started)
-                if ((shared[_SEED], shared[_COUNT]) == key
-                        and shared[_CLAIMS] < info.num_workers):
-                    shared[_CLAIMS] += 1
-                    return int(resume if resume is not None else shared[_EPOCH])
+            if _joins(shared, _EPOCH_CLAIM, key, workers):
+                return int(resume if resume is not None else shared[_EPOCH])
             epoch = int(shared[_NEXT] if resume is None else resume)
-            shared[_NEXT] = epoch + 1
-            if info is not None:
-                shared[_SEED], shared[_COUNT] = key
-                shared[_EPOCH], shared[_CLAIMS] = epoch, 1
+            shared[_NEXT], shared[_EPOCH] = epoch + 1, epoch
+            _opens(shared, _EPOCH_CLAIM, key)
             return epoch
 
     def loaded(self) -> int:
@@ -113,21 +110,16 @@ class EpochCounter:
         True for every worker of the first iteration that asks after the load, False
         for later iterations (whose copies still hold it) and for an older load.
         """
-        info = get_worker_info()
-        key = (info.seed - info.id, self._started) if info is not None else (0, -1)
-        workers = info.num_workers if info is not None else 1
+        key, workers = _iteration(self._started)
         with self._shared.get_lock():
             shared = self._shared
             if load != shared[_LOADS]:
                 return False  # a newer checkpoint was loaded since
             if shared[_TAKEN] < load:
-                shared[_TAKEN], shared[_TCLAIMS] = load, 1
-                shared[_TSEED], shared[_TCOUNT] = key
+                shared[_TAKEN] = load
+                _opens(shared, _LOAD_CLAIM, key)
                 return True
-            if (shared[_TSEED], shared[_TCOUNT]) == key and shared[_TCLAIMS] < workers:
-                shared[_TCLAIMS] += 1
-                return True
-            return False
+            return _joins(shared, _LOAD_CLAIM, key, workers)
 
     def begin(self, resume: int | None = None) -> int:
         """Claims the epoch of the iteration now beginning in this copy (see :meth:`claim`)."""
@@ -137,6 +129,35 @@ class EpochCounter:
 
     def ended(self, epoch: int) -> None:
         """Nothing to do: the next epoch was claimed when this one began."""
+
+
+def _iteration(started: int) -> tuple[tuple[int, int] | None, int]:
+    """This process's iteration key and its number of workers; no key in the main process.
+
+    An iteration is known by the base seed the DataLoader drew for it (every worker's
+    ``seed - id``) and by how many iterations this copy began before it.
+    """
+    info = get_worker_info()
+    if info is None:
+        return None, 1
+    return (info.seed - info.id, started), info.num_workers
+
+
+def _joins(shared: Any, fields: tuple[int, int, int], key: tuple[int, int] | None,
+           workers: int) -> bool:
+    """Whether this worker joins the iteration recorded in ``fields`` (lock held)."""
+    seed, count, claims = fields
+    if key is None or (shared[seed], shared[count]) != key or shared[claims] >= workers:
+        return False
+    shared[claims] += 1
+    return True
+
+
+def _opens(shared: Any, fields: tuple[int, int, int], key: tuple[int, int] | None) -> None:
+    """Records this worker's iteration in ``fields`` as the one that did it (lock held)."""
+    if key is not None:
+        seed, count, claims = fields
+        shared[seed], shared[count], shared[claims] = key[0], key[1], 1
 
 
 def worker_slot() -> int:
