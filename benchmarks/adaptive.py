@@ -12,7 +12,12 @@ default). A drift run changes R from 2 to 4 to 1.5 mid-run,
 against the fixed factor chosen for R = 2.
 Targets (issue 3), for R <= max_factor: stall < 5%, realised factor within 15% of R,
 steps/s within 5% of the downstream-bound rate; and the cost of one ``next()``: the
-adaptive median within 2x of the fixed factor's at every R (tabled side by side).
+adaptive median within 2x of the fixed factor's at every R, as the median over trials
+of the ratio of each trial's two runs, made back to back (a median of microseconds
+after a sleep moves by 2-3x between runs minutes apart). Where neither stage waits
+(R <= the fixed factor), a paired run also steps the two stages in turn, each every
+``t_down``, so both see the same machine moment (where the fixed factor waits, its
+waits would hand the adaptive stage fresh items it would not have had).
 The machine's load average is recorded before and after. Writes results/adaptive.json
 and .md.
 """
@@ -63,13 +68,19 @@ def consume(stage: Any, steps: int, step_s: float) -> dict[str, float]:
     """Runs ``steps`` steps; times next() (blocked) and the whole loop (wall).
 
     ``next_us`` is the median time of one next() after the first (which waits for the
-    first batch): the per-step cost of the stage where it does not wait.
+    first batch): the per-step cost of the stage where it does not wait. ``cpu_us`` is
+    the training thread's CPU time inside next() per step, the mean over the steps
+    after the first: the whole cost, decisions taken on one step for later ones
+    included (a wait costs little CPU). Its window holds the two wall-clock reads, the
+    same for every stage.
     """
-    blocked, start, each = 0.0, time.perf_counter(), []
+    blocked, start, each, cpu = 0.0, time.perf_counter(), [], []
     for _ in range(steps):
+        c = time.thread_time()
         t = time.perf_counter()
         next(stage)
         each.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
         blocked += each[-1]
         time.sleep(step_s)
     wall = time.perf_counter() - start
@@ -78,7 +89,22 @@ def consume(stage: Any, steps: int, step_s: float) -> dict[str, float]:
         stage.close()
     factor = s.emitted_items / s.fresh_items if s and s.fresh_items else 1.0
     return {"steps_per_s": steps / wall, "stall": blocked / wall, "factor": factor,
-            "wall_s": wall, "next_us": statistics.median(each[1:] or each) * 1e6}
+            "wall_s": wall, "next_us": statistics.median(each[1:] or each) * 1e6,
+            "cpu_us": statistics.fmean(cpu[1:] or cpu) * 1e6}
+
+
+def paired(stages: dict[str, Any], steps: int, step_s: float) -> dict[str, float]:
+    """Median next() in µs of each stage, stepped in turn, each every ``step_s``."""
+    each: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(steps):
+        for name, stage in stages.items():
+            t = time.perf_counter()
+            next(stage)
+            each[name].append(time.perf_counter() - t)
+            time.sleep(step_s / len(stages))
+    for stage in stages.values():
+        stage.close()
+    return {name: statistics.median(t[1:] or t) * 1e6 for name, t in each.items()}
 
 
 def alone(cfg: Config) -> dict[str, float]:
@@ -125,7 +151,9 @@ def summary(runs: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def version() -> str:
-    root = Path(__file__).parent.parent
+    """The commit of the dataecho this process imported (an installed copy may be another
+    checkout's than this script's), with "+dirty" for uncommitted changes."""
+    root = Path(dataecho.__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True, cwd=root).stdout.strip()
@@ -141,6 +169,7 @@ def run(cfg: Config) -> dict[str, Any]:
     scenarios: dict[str, float | Callable[[int], float]] = {f"R={r:g}": r for r in cfg.ratios}
     scenarios["drift R=2->4->1.5"] = drift
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
+    pairs: dict[str, list[dict[str, float]]] = {}
     reference: list[dict[str, float]] = []
     for trial in range(cfg.trials):
         for name, ratio in scenarios.items():
@@ -152,6 +181,15 @@ def run(cfg: Config) -> dict[str, Any]:
                 raw.setdefault(name, {}).setdefault(cond, []).append(result)
                 print(f"trial {trial} {name:18s} {cond:12s} {result['steps_per_s']:6.1f} "
                       f"steps/s, factor {result['factor']:.2f}, stall {result['stall']:.1%}")
+            if callable(ratio) or ratio > cfg.max_factor:
+                continue  # the fixed factor waits: no pair (see the module docstring)
+            runs = conditions(cfg, ratio)
+            fixed = next(cond for cond in runs if cond.startswith("fixed"))
+            pair = paired({"fixed": runs[fixed][0](), "adaptive": runs["adaptive"][0]()},
+                          cfg.steps, cfg.step_ms / 1e3)
+            pairs.setdefault(name, []).append(pair)
+            print(f"trial {trial} {name:18s} paired next(): fixed {pair['fixed']:.1f} µs, "
+                  f"adaptive {pair['adaptive']:.1f} µs")
     table = {name: {cond: summary(runs) for cond, runs in conds.items()}
              for name, conds in raw.items()}
     checks = {}
@@ -166,7 +204,7 @@ def run(cfg: Config) -> dict[str, Any]:
                 "factor_within_15pct_of_R": abs(a["factor"]["median"] - r) / r < 0.15,
                 "throughput_within_5pct": a["of_bound"]["median"] >= 0.95,
             }
-    costs = next_costs(table)
+    costs = next_costs(table, pairs)
     for name, c in costs.items():
         checks[f"{name} next()"] = {"applies": True, "within_2x_of_fixed": c["ratio"] <= 2.0}
     return {"config": asdict(cfg), "code": version(), "dataecho": dataecho.__version__,
@@ -179,19 +217,35 @@ def run(cfg: Config) -> dict[str, Any]:
             "nominal_steps_per_s": 1e3 / cfg.step_ms, "results": table, "targets": checks}
 
 
-def next_costs(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+def next_costs(table: dict[str, dict[str, Any]],
+               pairs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per scenario: median next() in µs of the fixed factor and of adaptive, and their ratio.
 
-    Each is the median over trials of a run's median ``next()``; the ratio is adaptive
-    (default buffer) over fixed.
+    Each is the median over trials of a run's median ``next()``; the ratio is the median
+    over trials of adaptive (default buffer) over fixed, each trial's two runs made back
+    to back. ``paired_*``, where the scenario has paired runs: the medians over trials of
+    each stage's median and of the trial's ratio. ``cpu_*`` are the medians over trials
+    of the CPU time per step inside next() (``consume``'s ``cpu_us``).
     """
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for name, conds in table.items():
         fixed = next(s for cond, s in conds.items() if cond.startswith("fixed"))
-        f, a = fixed["next_us"]["median"], conds["adaptive"]["next_us"]["median"]
-        b1 = conds["adaptive buffer_size=1"]["next_us"]["median"]
-        out[name] = {"fixed": f, "adaptive": a, "adaptive buffer_size=1": b1,
-                     "ratio": a / f if f > 0 else math.inf}
+        adaptive = conds["adaptive"]
+        each = [a["next_us"] / f["next_us"] for f, a in zip(fixed["trials"],
+                                                             adaptive["trials"], strict=True)]
+        cf, ca = fixed["cpu_us"]["median"], adaptive["cpu_us"]["median"]
+        out[name] = {"fixed": fixed["next_us"]["median"],
+                     "adaptive": adaptive["next_us"]["median"],
+                     "adaptive buffer_size=1":
+                         conds["adaptive buffer_size=1"]["next_us"]["median"],
+                     "ratio": statistics.median(each), "cpu_fixed": cf, "cpu_adaptive": ca,
+                     "cpu_ratio": ca / cf if cf > 0 else math.inf}
+        if name in pairs:
+            pair = pairs[name]
+            out[name] |= {"paired_fixed": statistics.median(p["fixed"] for p in pair),
+                          "paired_adaptive": statistics.median(p["adaptive"] for p in pair),
+                          "paired_ratio": statistics.median(p["adaptive"] / p["fixed"]
+                                                            for p in pair)}
     return out
 
 
@@ -222,13 +276,25 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{s['of_bound']['median']:.1%} | {f['mean']:.2f} ({f['min']:.2f}-"
                 f"{f['max']:.2f}) | {st['median']:.1%} ({st['max']:.1%}) | "
                 f"{s['next_us']['median']:.0f} µs |")
-    lines += ["", "Cost of one `next()` (median over trials of each run's median, after the "
-              "first): the fixed factor against adaptive echoing, side by side.", "",
-              "| scenario | fixed | adaptive | adaptive / fixed | adaptive buffer_size=1 |",
-              "|---|---:|---:|---:|---:|"]
+    lines += ["", "Cost of one `next()` (median after the first): in the runs above (median "
+              "over trials of each run's median; the ratio is the median over trials of "
+              "each trial's adaptive run over its fixed one, made back to back: the "
+              "target's measure); in the paired run, which steps the two stages in turn "
+              "where neither waits (medians over trials of each stage's median and of "
+              "their ratio); and the training thread's CPU time inside `next()` per step, "
+              "the mean over the steps (median over trials), which counts the echoes "
+              "adaptive echoing plans on one step for later ones.", "",
+              "| scenario | fixed | adaptive | adaptive / fixed | adaptive buffer_size=1 "
+              "| paired: fixed | adaptive | adaptive / fixed | CPU per step: fixed "
+              "| adaptive | adaptive / fixed |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, c in res["next_us"].items():
+        pair = (f"{c['paired_fixed']:.1f} µs | {c['paired_adaptive']:.1f} µs | "
+                f"{c['paired_ratio']:.2f}x" if "paired_ratio" in c else "- | - | -")
         lines.append(f"| {name} | {c['fixed']:.1f} µs | {c['adaptive']:.1f} µs | "
-                     f"{c['ratio']:.2f}x | {c['adaptive buffer_size=1']:.1f} µs |")
+                     f"{c['ratio']:.2f}x | {c['adaptive buffer_size=1']:.1f} µs | {pair} | "
+                     f"{c['cpu_fixed']:.1f} µs | {c['cpu_adaptive']:.1f} µs | "
+                     f"{c['cpu_ratio']:.2f}x |")
     lines += ["", "Targets of issue 3 for adaptive runs with R <= max_factor, on the median "
               "trial: stall < 5%, realised factor within 15% of R, steps/s within 5% of the "
               "downstream-bound rate.", ""]

@@ -98,6 +98,58 @@ def test_the_echo_lane_decides_as_the_general_path_does(buffer_size):
     assert sorted(out[4:4 + 2 * buffer_size]) == sorted(2 * list(range(4 - buffer_size, 4)))
 
 
+@pytest.mark.parametrize("min_gap", [0, 2])
+def test_the_lane_matches_the_general_path_when_items_arrive_inside_a_plan(min_gap):
+    # Fresh items arrive after 0-4 echo steps, so plans of every length are cut short
+    # and undone at every point; a checkpoint and the counts are read at every step.
+    schedule = [0, 3, 1, 4, 0, 2, 4, 1, 3, 0, 2, 4, 4, 1]  # echo steps before item k + 1
+
+    def run(cls):
+        up = Gated(len(schedule) + 1)
+        # A step that found no budget would wait: the timeout fails the test quickly.
+        stage = cls(up, max_factor=4, buffer_size=4, prefetch=1, min_gap=min_gap, seed=3,
+                    timeout=2)
+        seen, lanes = [], 0
+
+        def step():
+            state = stage.state_dict()
+            del state["stage"]  # the class name differs
+            seen.append((next(stage), state, stage.stats()))
+
+        up.open()
+        for echoes in schedule:
+            step()  # fresh
+            for _ in range(echoes):
+                lanes += stage._lane is not None
+                step()
+            up.open()
+            wait_until(lambda: stage.queued() == 1)
+        seen += [(x, None, None) for x in stage]
+        stage.close()
+        return seen, lanes
+
+    (lane, opened), (reference, _) = run(AdaptiveEcho), run(Laneless)
+    assert opened > 20  # the lane emitted most echoes
+    assert lane == reference
+
+
+def test_the_lane_stops_echoing_once_the_upstream_is_over():
+    end = threading.Event()
+
+    def items():
+        yield 0
+        end.wait()  # the producer waits here while the lane echoes item 0
+
+    stage = AdaptiveEcho(items(), max_factor=8, prefetch=1)
+    assert [next(stage) for _ in range(4)] == [0, 0, 0, 0]  # fresh, then planned echoes
+    assert stage._lane  # a plan with echoes left (1, then 2 steps ahead)
+    end.set()
+    wait_until(lambda: stage._feed.finished())
+    assert list(stage) == []  # leftover budget is dropped: nothing is waited for any more
+    assert stage.stats().emitted_items == 4
+    stage.close()
+
+
 def test_min_fresh_items_come_first_even_when_the_upstream_is_slow():
     up = Gated(5)
     with AdaptiveEcho(up, min_fresh=3, buffer_size=1) as stage:  # echoes the latest

@@ -239,3 +239,30 @@ def test_echo_buffer_with_a_gap_cools_each_used_item_for_gap_steps():
             buf.take(0, now=k)
     buf.release(20)
     assert buf.capacity == 0 and not buf.cooling
+
+
+def _buffer_state(buf):
+    return ([(e.item, e.index, e.uses) for e in buf.entries],
+            [(when, e.item, e.uses) for when, e in buf.cooling])
+
+
+@pytest.mark.parametrize("gap", [0, 1, 3])
+@pytest.mark.parametrize("seed", range(8))
+def test_echo_buffer_rollback_restores_the_state_after_the_kept_changes(gap, seed):
+    rng = np.random.default_rng(seed)
+    buf = EchoBuffer(size=5, max_uses=4, gap=gap)
+    for i in range(5):
+        buf.add(f"x{i}", i, now=0)
+    buf.record()
+    states, marks = [_buffer_state(buf)], [0]
+    for step in range(1, 13):  # what the lane's plan does: release, then take one, per step
+        buf.release(step)
+        if buf.capacity:
+            buf.take(int(rng.integers(buf.capacity)), now=step)
+        states.append(_buffer_state(buf))
+        marks.append(len(buf.log))
+    keep = int(rng.integers(len(marks)))
+    buf.rollback(marks[keep])
+    assert _buffer_state(buf) == states[keep] and buf.log is None
+    with pytest.raises(RuntimeError, match=r"call record\(\) first"):
+        buf.rollback(0)

@@ -181,3 +181,29 @@ def test_wait_restarts_a_thread_that_parked_while_the_consumer_waited():
     finally:
         sys.setswitchinterval(interval)
     wait_until(lambda: not prefetch_threads())
+
+
+@pytest.mark.parametrize("event", ["item", "end", "close"])
+def test_the_producer_marks_the_consumers_plan_when_an_item_arrives_or_it_stops(event):
+    gate = threading.Event()
+
+    def produce():
+        gate.wait()
+        if event == "end":
+            raise StopIteration
+        return "fresh"
+
+    feed = Prefetcher(produce, depth=2)
+    feed.ready()  # starts the thread, which waits at the gate
+    plan = ["echo 2", "echo 1"]
+    with feed.channel.cond:
+        feed.channel.plan = plan
+    if event == "close":
+        feed.close()
+    else:
+        gate.set()
+        wait_until(lambda: feed.channel.items or feed.finished())
+    assert plan.pop() is plan and plan == ["echo 2", "echo 1"]  # the mark, then the echoes
+    assert feed.channel.plan is None  # marked once: a later item leaves the list alone
+    gate.set()
+    feed.close()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
 
 
-@dataclass(eq=False)  # compared by identity: an item may be an array
+@dataclass(eq=False, slots=True)  # compared by identity: an item may be an array
 class _Entry(Generic[T]):
     item: T
     index: int  # the item's fresh index: keys its copies' augmentation
@@ -29,6 +29,10 @@ class EchoBuffer(Generic[T]):
     least ``gap`` steps apart even when few items have budget left (an upstream far
     slower than the consumer), where echoes would otherwise come back to back.
 
+    A plan of echoes ahead (:class:`~dataecho.adaptive.AdaptiveEcho` decides its next
+    steps at once) takes and releases under :meth:`record`, then keeps the changes of
+    the steps it used and undoes the rest with :meth:`rollback`.
+
     Example:
         >>> buf = EchoBuffer(size=2, max_uses=2)
         >>> buf.add("a", 0); buf.add("b", 1); buf.add("c", 2)
@@ -39,17 +43,23 @@ class EchoBuffer(Generic[T]):
         >>> spaced = EchoBuffer(size=4, max_uses=3, gap=2)
         >>> spaced.add("a", 0, now=0); spaced.capacity, spaced.release(2), spaced.capacity
         (0, None, 1)
+        >>> buf.record(); buf.take(0), buf.capacity
+        (('b', 1, 1), 0)
+        >>> buf.rollback(0); buf.capacity
+        1
     """
 
     def __init__(self, size: int, max_uses: int, gap: int = 0) -> None:
         self.size, self.max_uses, self.gap = size, max_uses, gap
-        #: The items that may be drawn now, oldest first. Always this one deque (never
+        #: The items that may be drawn now, oldest first. Always this one list (never
         #: replaced), so a hot path may keep a reference and read it; changes go
-        #: through the methods.
-        self.entries: deque[_Entry[T]] = deque()
+        #: through the methods. A list, not a deque: a draw indexes it at random.
+        self.entries: list[_Entry[T]] = []
         #: ``(step from which it may be drawn, entry)`` of items used within ``gap``
         #: steps, in that step's order; never replaced either.
         self.cooling: deque[tuple[int, _Entry[T]]] = deque()
+        #: How to undo each change since :meth:`record`, oldest first; None: not recording.
+        self.log: list[tuple[Any, ...]] | None = None
 
     @property
     def capacity(self) -> int:
@@ -61,7 +71,7 @@ class EchoBuffer(Generic[T]):
         if self.max_uses > 1:
             if len(self.entries) + len(self.cooling) >= self.size:
                 if self.entries:
-                    self.entries.popleft()
+                    del self.entries[0]
                 else:
                     self.cooling.popleft()
             entry = _Entry(item, index, 1)
@@ -74,7 +84,10 @@ class EchoBuffer(Generic[T]):
         """Makes the items whose ``gap`` has passed by step ``now`` drawable again."""
         cooling, entries = self.cooling, self.entries
         while cooling and cooling[0][0] <= now:
-            entries.append(cooling.popleft()[1])
+            waited = cooling.popleft()
+            entries.append(waited[1])
+            if self.log is not None:
+                self.log.append((_RELEASE, waited))
 
     def draw(self, n: int, rng: np.random.Generator | None = None,
              now: int = 0) -> list[tuple[T, int, int]]:
@@ -98,8 +111,7 @@ class EchoBuffer(Generic[T]):
             kept = [e for e in entries
                     if id(e) not in drawn or (e.uses < self.max_uses and not self.gap)]
             cool = [entries[i] for i in picks if entries[i].uses < self.max_uses]
-            entries.clear()  # in place: the deque is never replaced (see ``entries``)
-            entries.extend(kept)
+            entries[:] = kept  # in place: the list is never replaced (see ``entries``)
             if self.gap:
                 self.cooling.extend((now + self.gap, e) for e in cool)
         return out
@@ -108,13 +120,51 @@ class EchoBuffer(Generic[T]):
         """Echoes the ``i``-th item, oldest first, as ``(item, fresh_index, use)``."""
         entry = self.entries[i]
         entry.uses += 1
+        change = _USE
         if entry.uses >= self.max_uses:
             del self.entries[i]
+            change = _SPEND
         elif self.gap:
             del self.entries[i]
             self.cooling.append((now + self.gap, entry))
+            change = _COOL
+        if self.log is not None:
+            self.log.append((change, entry, i))
         return entry.item, entry.index, entry.uses - 1
+
+    def record(self) -> None:
+        """Starts recording :meth:`take` and :meth:`release`, for :meth:`rollback`.
+
+        Only those two are recorded: :meth:`add`, :meth:`draw` and :meth:`clear` wait
+        until the rollback.
+        """
+        self.log = []
+
+    def rollback(self, keep: int) -> None:
+        """Undoes the changes recorded after the first ``keep``, newest first; stops recording."""
+        log = self.log
+        if log is None:
+            raise RuntimeError("EchoBuffer.rollback() without record(); call record() first")
+        self.log = None
+        entries, cooling = self.entries, self.cooling
+        for change in reversed(log[keep:]):
+            if change[0] is _RELEASE:
+                entries.pop()  # a release appends to entries: the last one is its item
+                cooling.appendleft(change[1])
+                continue
+            kind, entry, i = change
+            entry.uses -= 1
+            if kind is _COOL:
+                cooling.pop()
+            if kind is not _USE:
+                entries.insert(i, entry)
 
     def clear(self) -> None:
         self.entries.clear()
         self.cooling.clear()
+        self.log = None
+
+
+# The changes a rollback undoes: a use (the entry stays), a use that spent its budget
+# (it left), a use that sent it to wait out the gap, a release from that wait.
+_USE, _SPEND, _COOL, _RELEASE = "use", "spend", "cool", "release"

@@ -21,11 +21,19 @@ from .timing import AdaptiveStats
 
 T = TypeVar("T")
 
+_MAX_HORIZON = 64  # steps one plan of the echo lane decides, at most
+
 #: Recent items echoes are drawn from, by default: loaders deliver in bursts
 #: (``benchmarks/results/bursts.md``).
 DEFAULT_BUFFER = 4
 
 Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in examples)
+
+
+def _left(planned: list[Any]) -> int:
+    """Echoes a lane's plan has left: its length, less the producer's mark at its end."""
+    n = len(planned)  # the mark is only ever appended: an index below n is an echo
+    return n - 1 if n and planned[n - 1] is planned else n
 
 
 class AdaptiveEcho(Stage[T]):
@@ -151,41 +159,30 @@ class AdaptiveEcho(Stage[T]):
         self._first: float | None = None  # clock at the first next()
         self._end: float | None = None  # clock when the pass ended
         self._blocked = 0.0  # seconds inside next(), echoes on the lane below excepted
-        # The echo lane: (ready queue, channel, buffer entries) of a warm pass in one
-        # process reading through a Prefetcher; None otherwise. See __next__.
-        self._lane: tuple[Any, Channel[Any], Any, Any, _rng.Picks, int, int] | None = None
+        # The echo lane of a warm pass in one process reading through a Prefetcher: the
+        # echoes planned for the next steps, the last step's first, which __next__ pops
+        # while nothing fresh is ready (the producer marks it when that changes: see
+        # Channel.plan); None otherwise. While it is open, _steps is the step it was
+        # planned at; _plan holds (its channel, cumulative sizes, buffer log length:
+        # after each step).
+        self._lane: list[Any] | None = None
+        self._plan: tuple[Channel[Any], list[int], list[int]] | None = None
+        self._horizon = 1  # steps the next plan decides (see _arm)
+        self._fresh_step = 0  # the step that took the latest fresh item
 
     def __next__(self) -> T:
-        lane = self._lane
-        if lane is not None:
-            # The hot path of an input-bound step, what _step decides in one function:
-            # nothing ready, more to come, an item with budget left: echo it. A call
-            # costs about what a fixed factor's copy does (benchmarks/adaptive.py);
-            # it cannot wait, so it is left out of the blocked time (microseconds).
-            ready, channel, entries, cooling, picks, uses, gap = lane
-            step = self._steps
-            if cooling and cooling[0][0] <= step:
-                self._buffer.release(step)
-            # A running producer will deliver more (it clears ``running`` when it ends).
-            if not ready and entries and channel.running:
-                held = len(entries)
-                pick = 0
-                if held > 1:  # Picks.below, inline while the step is in the loaded block
-                    i = step - picks.first
-                    pick = ((picks.block[i] * held) >> 32 if 0 <= i < picks.BLOCK
-                            else picks.below(step, held))
-                entry = entries[pick]
-                entry.uses += 1
-                if entry.uses >= uses:
-                    del entries[pick]
-                elif gap:
-                    del entries[pick]
-                    cooling.append((step + gap, entry))
-                value, size = entry.item
-                self._steps = step + 1
-                self._emitted += 1
-                self._emitted_ex += size
-                return value  # type: ignore[no-any-return]
+        planned = self._lane
+        if planned:
+            # The hot path of an input-bound step: emit the echo _arm planned for this
+            # step, as a fixed factor emits a copy: the decision was taken already and
+            # the step count is what the plan has left (_booked). The producer appends
+            # the mark (the list itself) once a fresh item is ready or it stopped. An
+            # echo cannot wait, so it is left out of the blocked time.
+            echo = planned.pop()
+            if echo is not planned:
+                return echo  # type: ignore[no-any-return]
+        if planned is not None:
+            self._settle()  # books the lane's echoes; the step is decided below
         if self._over:
             self._ended()
         start = self._clock()
@@ -197,7 +194,7 @@ class AdaptiveEcho(Stage[T]):
         try:
             out = self._step()
         except StopIteration:
-            self._over, self._end, self._lane = True, self._clock(), None
+            self._over, self._end = True, self._clock()
             self._blocked += self._end - start
             raise
         except BaseException as err:  # KeyboardInterrupt included: stop the thread, promptly
@@ -205,9 +202,9 @@ class AdaptiveEcho(Stage[T]):
             # so a checkpoint taken now re-reads them instead of skipping them.
             self._resume, self._fresh, self._fresh_ex = before
             self._over, self._failure = True, err
-            self._lane = None
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
+        self._arm(self._fresh != before[1])
         self._blocked += self._clock() - start
         return out  # type: ignore[no-any-return]
 
@@ -232,8 +229,6 @@ class AdaptiveEcho(Stage[T]):
                 self._fresh, self._fresh_ex = index + 1, self._fresh_ex + size
                 self._buffer.add((value, size), index, self._steps)
                 self._warm += 1
-                if self._lane is None:
-                    self._arm()
             else:
                 buffer = self._buffer
                 held = buffer.capacity
@@ -311,17 +306,84 @@ class AdaptiveEcho(Stage[T]):
         for value, index, _, size in out[:taken]:
             self._buffer.add((value, size), index, self._steps)
         self._warm += taken
-        if self._lane is None:
-            self._arm()
         return out
 
-    def _arm(self) -> None:
-        """Opens the echo lane of __next__ once the pass is warm, in one process."""
-        feed = self._feed
-        if (self.one_item_steps and self._solo and self._warm >= self.min_fresh
-                and isinstance(feed, Prefetcher)):
-            self._lane = (feed.channel.items, feed.channel, self._buffer.entries,
-                          self._buffer.cooling, self._picks, self.max_factor, self.min_gap)
+    def _arm(self, fresh: bool) -> None:
+        """Plans the echoes of the next steps for __next__'s lane (one process, warm).
+
+        Step ``k``'s echo is what :meth:`_step` would decide at ``k`` with nothing fresh
+        ready: the same ``(seed, k)``-keyed pick among the same buffered items, so the
+        buffer takes them now, under a record. :meth:`_settle` keeps the steps the lane
+        used and undoes the rest, so the buffer, the counts and the checkpoint are as if
+        every step had been decided on its own. After a step that took a fresh item
+        (``fresh``) the plan reaches one step past the run of echoes before it, the
+        likely run ahead; a plan that ran out is followed by one twice as long.
+        """
+        if fresh:
+            taken = self._steps - 1
+            self._horizon = max(1, min(taken - self._fresh_step, _MAX_HORIZON))
+            self._fresh_step = taken
+        else:
+            self._horizon = min(2 * self._horizon, _MAX_HORIZON)
+        feed, buffer = self._feed, self._buffer
+        if not (self.one_item_steps and self._solo and self._warm >= self.min_fresh
+                and isinstance(feed, Prefetcher)) or feed.channel.items or not (
+                    buffer.entries or buffer.cooling):
+            return  # (a fresh item ready: the next step takes it; or nothing to echo)
+        channel = feed.channel
+        picks, gap, start = self._picks, self.min_gap, self._steps
+        buffer.record()
+        log: list[Any] = buffer.log  # type: ignore[assignment]  # recording
+        entries, take, below = buffer.entries, buffer.take, picks.below
+        values: list[Any] = []
+        sizes, marks = [0], [0]  # examples emitted, log length: after each planned step
+        for step in range(start, start + self._horizon):
+            if gap:
+                buffer.release(step)
+            held = len(entries)
+            if not held:  # nothing left to echo: that step waits, on the general path
+                break
+            (value, size), _, _ = take(below(step, held) if held > 1 else 0, step)
+            values.append(value)
+            sizes.append(sizes[-1] + size)
+            marks.append(len(log))
+        values.reverse()  # popped from the end
+        if values:
+            # Publish, then look (no lock): an item that arrived before is seen here,
+            # one that arrives after finds the plan and marks it, for the producer
+            # appends the item (or clears ``running``) before it reads ``plan``.
+            channel.plan = values
+            if not channel.items and channel.running:
+                self._lane, self._plan = values, (channel, sizes, marks)
+                return
+            channel.plan = None
+        buffer.rollback(0)  # nothing to echo, an item arrived, or the upstream is over
+
+    def _settle(self) -> None:
+        """Books the lane's echoes, undoes the planned steps it did not take, closes it."""
+        lane, self._lane = self._lane, None
+        if lane is None:
+            return
+        channel, sizes, marks = self._plan  # type: ignore[misc]  # set with the lane
+        self._plan = None
+        if channel.plan is lane:  # not marked: a mark that comes now lands on a dropped list
+            channel.plan = None
+        planned = len(marks) - 1
+        done = planned - _left(lane)
+        lane.clear()
+        self._buffer.rollback(marks[done])
+        self._steps += done
+        self._emitted += done
+        self._emitted_ex += sizes[done]
+
+    def _booked(self) -> tuple[int, int, int]:
+        """(steps, emitted items, emitted examples), the lane's echoes included."""
+        lane = self._lane
+        if lane is None:
+            return self._steps, self._emitted, self._emitted_ex
+        _, sizes, marks = self._plan  # type: ignore[misc]  # set with the lane
+        done = len(marks) - 1 - _left(lane)
+        return self._steps + done, self._emitted + done, self._emitted_ex + sizes[done]
 
     def _take(self, produced: tuple[Any, State, int]) -> Copy:
         value, self._resume, size = produced
@@ -353,7 +415,7 @@ class AdaptiveEcho(Stage[T]):
         return self._feed
 
     def _stop_feed(self, wait: float = 5.0) -> None:
-        self._lane = None
+        self._settle()
         if self._feed is not None:
             self._feed.close(wait)
 
@@ -371,11 +433,12 @@ class AdaptiveEcho(Stage[T]):
         """Echo counts plus blocked time and stall fraction since the first ``next()``."""
         end = self._end if self._end is not None else self._clock()
         wall = 0.0 if self._first is None else end - self._first
-        return AdaptiveStats(self.stats(), self._steps, self._blocked, wall)
+        return AdaptiveStats(self.stats(), self._booked()[0], self._blocked, wall)
 
     def echo_counts(self) -> tuple[int, int, int, int]:
         """(fresh_examples, emitted_examples, fresh_items, emitted_items)."""
-        return self._fresh_ex, self._emitted_ex, self._fresh, self._emitted
+        _, emitted, emitted_ex = self._booked()
+        return self._fresh_ex, emitted_ex, self._fresh, emitted
 
     def _config(self) -> dict[str, Any]:
         config = {"max_factor": self.max_factor, "min_fresh": self.min_fresh,
@@ -395,9 +458,9 @@ class AdaptiveEcho(Stage[T]):
 
     def _snapshot(self) -> State:
         upstream = self._resume if self._resume is not None else self.upstream.state_dict()
+        steps, emitted, emitted_ex = self._booked()
         return {"upstream": upstream, "fresh": self._fresh, "fresh_examples": self._fresh_ex,
-                "emitted": self._emitted, "emitted_examples": self._emitted_ex,
-                "steps": self._steps}
+                "emitted": emitted, "emitted_examples": emitted_ex, "steps": steps}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         self._stop_feed()
@@ -407,4 +470,4 @@ class AdaptiveEcho(Stage[T]):
         self._resume = dict(state["upstream"])
         self._fresh, self._fresh_ex = int(state["fresh"]), int(state["fresh_examples"])
         self._emitted, self._emitted_ex = int(state["emitted"]), int(state["emitted_examples"])
-        self._steps = int(state["steps"])
+        self._steps = self._fresh_step = int(state["steps"])

@@ -37,7 +37,18 @@ class Channel(Generic[T]):
 
     The consumer may read ``items`` (its length) and the flags ``done`` and ``stop``
     without the lock: each is one read under the GIL, and the flags only turn True.
+
+    ``plan`` is the consumer's: a list of echoes it pops from while nothing is ready
+    (:class:`~dataecho.adaptive.AdaptiveEcho`), set without the lock before it looks at
+    ``items`` and ``running`` once more. When an item arrives or the producer exits, the
+    producer appends that list to itself, a mark no item can be, and clears ``plan``
+    (after the append or the exit, so one of the two sees the other): the consumer's
+    next pop returns the mark, so it looks at the queue again without reading it on
+    every step.
     """
+
+    __slots__ = ("cond", "depth", "done", "error", "items", "plan", "producer", "running",
+                 "stop")
 
     def __init__(self, depth: int) -> None:
         self.cond = threading.Condition()
@@ -48,12 +59,21 @@ class Channel(Generic[T]):
         self.stop = False  # the consumer closed the channel
         self.error: BaseException | None = None
         self.producer: threading.Thread | None = None  # the running producer, if any
+        self.plan: list[Any] | None = None  # the consumer's echoes ahead (see above)
 
     def shut(self) -> None:
         with self.cond:
             self.stop = True
             self.items.clear()
+            self.mark()
             self.cond.notify_all()
+
+    def mark(self) -> None:
+        """Ends the consumer's plan, if any: called with the lock held (see ``plan``)."""
+        plan = self.plan
+        if plan is not None:
+            self.plan = None
+            plan.append(plan)
 
 
 def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> None:
@@ -81,6 +101,7 @@ def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> Non
                 if ch.stop:
                     return _exit(ch)
                 ch.items.append(item)
+                ch.mark()
                 ch.cond.notify_all()
     finally:
         with ch.cond:
@@ -90,6 +111,7 @@ def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> Non
 
 def _exit(ch: Channel[Any]) -> None:  # called with the lock held
     ch.running, ch.producer = False, None
+    ch.mark()
     ch.cond.notify_all()
 
 
@@ -116,7 +138,8 @@ class Prefetcher(Generic[T]):
     def __init__(self, produce: Callable[[], T], *, depth: int = 2,
                  timeout: float | None = 120.0, park_after: float = 1.0,
                  name: str = "dataecho-prefetch") -> None:
-        #: The queue and flags shared with the thread (read-only for consumers).
+        #: The queue and flags shared with the thread (read-only for consumers but
+        #: for ``plan``).
         self.channel: Channel[T] = Channel(check_positive_int(depth, "prefetch"))
         self._produce, self.timeout = produce, check_timeout(timeout)
         self._park_after, self._name = park_after, name
