@@ -4,6 +4,7 @@ import _thread
 import functools
 import gc
 import json
+import signal
 import threading
 import traceback
 
@@ -342,11 +343,17 @@ def test_keyboard_interrupt_while_waiting_stops_the_thread():
 
     stage = AdaptiveEcho(slow(), max_factor=1)
     next(stage)
+    # A process started with SIGINT ignored (a background job of a non-interactive
+    # shell) has no handler for interrupt_main to call: install Python's own.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, _thread.interrupt_main)
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        next(stage)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(stage)
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     release.set()
     wait_until(lambda: not prefetch_threads())
     with pytest.raises(RuntimeError, match="stopped at an earlier KeyboardInterrupt"):
