@@ -175,10 +175,8 @@ class Picks:
     def __init__(self, seed: int, tag: int, block_tag: int) -> None:
         self._stream = Stream(seed, tag)  # for draws other than one pick
         self._blocks = Stream(seed, block_tag)
-        #: The loaded block of draws and its first position (read-only outside: a hot
-        #: path may compute ``(block[k - first] * n) >> 32`` itself while k is in it).
-        self.first = -self.BLOCK
-        self.block: list[int] = []
+        self._first = -self.BLOCK  # the first position of the loaded block: none yet
+        self._block: list[int] = []
 
     def at(self, position: int) -> np.random.Generator:
         """The generator at the start of substream ``position`` (``Stream.at``)."""
@@ -186,15 +184,15 @@ class Picks:
 
     def below(self, position: int, n: int) -> int:
         """The pick of ``position`` among ``n >= 1`` items: an int in ``[0, n)``."""
-        i = position - self.first
+        i = position - self._first
         if 0 <= i < self.BLOCK and n < 1 << 32:
-            return (self.block[i] * n) >> 32
+            return (self._block[i] * n) >> 32
         if n >= 1 << 32:
             return int(self._stream.at(position).integers(n))
         block = position // self.BLOCK
-        self.block = self._blocks.at(block).integers(
+        self._block = self._blocks.at(block).integers(
             0, 1 << 32, size=self.BLOCK, dtype=np.uint64).tolist()
-        self.first = block * self.BLOCK
-        return (self.block[position - self.first] * n) >> 32
+        self._first = block * self.BLOCK
+        return (self._block[position - self._first] * n) >> 32
 
 
