@@ -135,3 +135,35 @@ def test_the_remote_shards_example_resumes_without_losing_an_image_and_leaves_no
     runpy.run_path(str(example), run_name="__main__")
     assert "fresh images: 2000 of 2000" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []  # the shard folder is removed, every run
+
+
+def test_worker_memory_is_read_from_the_fork_servers_workers(url):
+    import multiprocessing
+
+    from dataecho.demo.loader import make_loader
+    from dataecho.demo.train import EpochBatches, worker_peak_mb
+
+    def peak(pid):
+        status = Path(f"/proc/{pid}/status").read_text()
+        return max(int(line.split()[1]) / 1024 for line in status.splitlines()
+                   if line.startswith("VmHWM:"))
+
+    for variant in ("before_augmentation", "batch"):  # EchoBatches hides its workers
+        before = set(multiprocessing.active_children())  # other tests' workers, stopping
+        arm = make_loader(url, factor=2.0, variant=variant, batch_size=2, buffer_size=4,
+                          num_workers=1)
+        epochs = EpochBatches(arm.loader, arm.num_samples)
+        next(epochs)
+        # Workers are children of the fork server, not of this process; the Process
+        # objects are still this process's.
+        workers = [p.pid for p in set(multiprocessing.active_children()) - before]
+        assert workers and not set(workers) & _child_pids()
+        least = max(peak(pid) for pid in workers)  # a peak only grows
+        assert worker_peak_mb(epochs.it) >= least
+        epochs.close()
+        del arm, epochs
+
+
+def _child_pids():
+    return {int(pid) for path in Path("/proc/self/task").glob("*/children")
+            for pid in path.read_text().split()}

@@ -79,9 +79,14 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
                 max_factor: int | None = None) -> Arm:
     """The loader of one arm over the shards served at ``url``.
 
-    Workers are spawned, not forked: the parent runs the shard server's threads, and
-    forking a threaded process can copy a held lock into the child. They persist
-    between epochs (no start-up per epoch). ``drop_last=True``: each epoch's last,
+    Workers start from a fork server, not by a fork of this process (which runs the
+    shard server's threads; forking a threaded process can copy a held lock into the
+    child) nor by ``spawn``: a spawned worker ends by finalising its interpreter, and
+    one stopped while its queue thread is handing torch a batch to share (a loop that
+    stops mid-epoch) aborts ("terminate called without an active exception"): Python
+    3.11 ends that thread with ``pthread_exit``, which cannot unwind through torch's
+    C++. A fork-server worker exits without finalising. Workers persist between epochs
+    (no start-up per epoch). ``drop_last=True``: each epoch's last,
     partial batch of each worker is not trained on, so every step has ``batch_size``
     examples; the trainer counts fresh examples from what it trained on, so the count
     stays exact.
@@ -140,7 +145,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     loader: DataLoader[Any] = DataLoader(
         dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
         prefetch_factor=ahead, persistent_workers=num_workers > 0,
-        multiprocessing_context="spawn" if num_workers else None)
+        multiprocessing_context="forkserver" if num_workers else None)
     text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
             f"drop_last=True, num_workers={num_workers})")
     if variant == "batch" and factor != 1.0:

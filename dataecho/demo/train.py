@@ -10,6 +10,7 @@ fresh example, as in the paper's count), so they are exact, not read-ahead estim
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -202,11 +203,12 @@ def worker_peak_mb(it: object) -> float | None:
 
     ``getrusage(RUSAGE_CHILDREN)`` cannot tell: a spawned child is charged the parent's
     pages between its fork and its exec, so it reports about the trainer's size. When
-    ``it`` hides its DataLoader iterator (``EchoBatches``), every child process of this
-    one is read instead (the workers, and multiprocessing's small resource tracker).
+    ``it`` hides its DataLoader iterator (``EchoBatches``), every descendant of this
+    process is read instead: the workers (children of multiprocessing's fork server,
+    itself a child of this one), the fork server and the resource tracker, both small.
     """
     workers = getattr(it, "_workers", None)
-    pids = [w.pid for w in workers] if workers is not None else _children()
+    pids = [w.pid for w in workers] if workers is not None else _descendants(os.getpid())
     peaks = []
     for pid in pids:
         try:
@@ -218,14 +220,16 @@ def worker_peak_mb(it: object) -> float | None:
     return max(peaks, default=None)
 
 
-def _children() -> list[int]:
-    pids: list[int] = []
-    for path in Path("/proc/self/task").glob("*/children"):  # per thread that spawned
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):  # per thread that forked
         try:
-            pids += [int(pid) for pid in path.read_text().split()]
+            children = [int(child) for child in path.read_text().split()]
         except OSError:
             continue
-    return pids
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
 
 
 def _evaluate(result: RunResult, step: Step, evaluate: Evaluator, clock: float,
