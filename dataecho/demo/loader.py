@@ -15,6 +15,7 @@ shards between the DataLoader workers. What differs is where the echo stands:
 from __future__ import annotations
 
 import math
+import multiprocessing
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from ..tarshards import TarShards
 from ..torch import EchoBatches, EchoDataset
 from .augment import PaddedDecode, crop_flip
 from .remote import read_shards
+
+# Windows has no fork server; its spawned workers are what it has.
+_START = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
 
@@ -85,11 +89,11 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     one stopped while its queue thread is handing torch a batch to share (a loop that
     stops mid-epoch) aborts ("terminate called without an active exception"): Python
     3.11 ends that thread with ``pthread_exit``, which cannot unwind through torch's
-    C++. A fork-server worker exits without finalising. Workers persist between epochs
-    (no start-up per epoch). ``drop_last=True``: each epoch's last,
-    partial batch of each worker is not trained on, so every step has ``batch_size``
-    examples; the trainer counts fresh examples from what it trained on, so the count
-    stays exact.
+    C++. A fork-server worker exits without finalising (Windows, which has no fork
+    server, spawns them). Workers persist between epochs (no start-up per epoch).
+    ``drop_last=True``: each epoch's last, partial batch of each worker is not trained
+    on, so every step has ``batch_size`` examples; the trainer counts fresh examples
+    from what it trained on, so the count stays exact.
 
     With a fixed example-level factor each worker may run a whole shuffle window
     ahead: the window emits in bursts (it reads a window, then yields it), and a queue
@@ -145,7 +149,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     loader: DataLoader[Any] = DataLoader(
         dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
         prefetch_factor=ahead, persistent_workers=num_workers > 0,
-        multiprocessing_context="forkserver" if num_workers else None)
+        multiprocessing_context=_START if num_workers else None)
     text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
             f"drop_last=True, num_workers={num_workers})")
     if variant == "batch" and factor != 1.0:
