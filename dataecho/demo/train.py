@@ -10,11 +10,11 @@ fresh example, as in the paper's count), so they are exact, not read-ahead estim
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from multiprocessing import active_children
 from pathlib import Path
 from typing import Any
 
@@ -203,12 +203,12 @@ def worker_peak_mb(it: object) -> float | None:
 
     ``getrusage(RUSAGE_CHILDREN)`` cannot tell: a spawned child is charged the parent's
     pages between its fork and its exec, so it reports about the trainer's size. When
-    ``it`` hides its DataLoader iterator (``EchoBatches``), every descendant of this
-    process is read instead: the workers (children of multiprocessing's fork server,
-    itself a child of this one), the fork server and the resource tracker, both small.
+    ``it`` hides its DataLoader iterator (``EchoBatches``), every live worker process
+    this process started is read instead: ``multiprocessing.active_children()``, which
+    holds fork-server workers too (they are the fork server's children, not this one's).
     """
     workers = getattr(it, "_workers", None)
-    pids = [w.pid for w in workers] if workers is not None else _descendants(os.getpid())
+    pids = [w.pid for w in (workers if workers is not None else active_children())]
     peaks = []
     for pid in pids:
         try:
@@ -218,18 +218,6 @@ def worker_peak_mb(it: object) -> float | None:
         peaks += [int(line.split()[1]) / 1024 for line in status.splitlines()
                   if line.startswith("VmHWM:")]
     return max(peaks, default=None)
-
-
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    for path in Path(f"/proc/{pid}/task").glob("*/children"):  # per thread that forked
-        try:
-            children = [int(child) for child in path.read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
 
 
 def _evaluate(result: RunResult, step: Step, evaluate: Evaluator, clock: float,
