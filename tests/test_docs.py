@@ -9,6 +9,7 @@ the line before its fence; it is reported as a skip with that reason (which
 import os
 import pathlib
 import re
+import struct
 import subprocess
 import sys
 import textwrap
@@ -118,3 +119,22 @@ def test_block_parsing_finds_indented_blocks_outputs_and_skips(tmp_path: pathlib
     assert [(b.line, b.skip, b.output) for b in found] == [(4, "needs a GPU", None),
                                                            (10, None, "1")]
     assert found[1].code == "print(1)\n"
+
+
+def _png_size(path: pathlib.Path) -> tuple[int, int]:
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    return width, height
+
+
+def test_the_figure_script_redraws_every_figure_in_docs_figures(tmp_path: pathlib.Path):
+    pytest.importorskip("matplotlib")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "figures.py"),
+                           "--out", str(tmp_path)], cwd=ROOT, text=True,
+                          capture_output=True, timeout=TIMEOUT_S,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    committed = sorted((ROOT / "docs" / "figures").glob("*.png"))
+    assert [p.name for p in committed] == sorted(p.name for p in tmp_path.glob("*.png"))
+    # Bytes depend on the matplotlib and FreeType versions; the size does not.
+    assert [_png_size(p) for p in committed] == [_png_size(tmp_path / p.name)
+                                                 for p in committed]
