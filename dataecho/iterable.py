@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from itertools import islice
+from types import GeneratorType
 from typing import Any, TypeVar
 
 from ._checks import check_iterable, state_int, state_mapping, state_value
@@ -29,13 +30,30 @@ class _Reader(Stage[T]):
         self._closed = False
         self._opened = False  # an iterator was taken: a one-shot iterable is spent
         self.items_read = 0
+        self._dead: Exception | None = None  # the error that ended a generator upstream
 
     def __next__(self) -> T:
         if self._it is None:
             if self._closed:
                 raise StopIteration
             self._it, self._opened = iter(self.iterable), True
-        item = next(self._it)
+        if self._dead is not None:
+            raise RuntimeError(
+                f"the upstream generator ({type(self.iterable).__name__}) raised "
+                f"{type(self._dead).__name__}: {self._dead} and a generator cannot go on "
+                "after an error, so its remaining items cannot be read; restore the "
+                "checkpoint taken before the error, or make the upstream an iterator that "
+                "survives errors") from self._dead
+        try:
+            item = next(self._it)
+        except StopIteration:
+            raise
+        except Exception as error:
+            # A generator that raised is finished: its next call would end the epoch as
+            # if the data were exhausted, silently dropping the rest.
+            if isinstance(self._it, GeneratorType):
+                self._dead = error
+            raise
         self.items_read += 1
         return item
 
@@ -86,6 +104,7 @@ class IterableSource(_Reader[T]):
                 f"now has only {skipped}; pass the same data the checkpoint was taken on"
             )
         self._it, self.items_read, self._closed, self._opened = it, consumed, False, True
+        self._dead = None
 
 
 class StatefulSource(_Reader[T]):
@@ -111,7 +130,7 @@ class StatefulSource(_Reader[T]):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         read = state_int(state, "read", type(self).__name__, rule="items read so far")
         self.iterable.load_state_dict(state_value(state, "upstream", type(self).__name__))
-        self._it, self.items_read, self._closed = None, read, False
+        self._it, self.items_read, self._closed, self._dead = None, read, False, None
 
 
 class NodeSource(Stage[T]):

@@ -193,3 +193,19 @@ def test_non_callable_augment_is_rejected_under_its_name():
                                         r"augment\(example, rng\), or None, got 'flip' of type "
                                         r"str; pass a function, or None for no augmentation$"):
         check_augment("flip")
+
+
+def test_a_generator_that_raised_is_not_read_as_the_end_of_the_data():
+    # Fails on the code before this test: the next call ended the stream silently.
+    def reads():
+        yield 1
+        raise OSError("transient read error")
+        yield 2  # never reached: a generator that raised is finished
+
+    stage = Echo(reads(), 2)
+    assert [next(stage), next(stage)] == [1, 1]
+    with pytest.raises(OSError, match="transient read error"):
+        next(stage)
+    with pytest.raises(RuntimeError, match=r"generator \(generator\) raised OSError: transient "
+                                           r"read error and a generator cannot go on"):
+        next(stage)

@@ -626,3 +626,75 @@ def test_a_mid_epoch_state_of_one_reader_is_refused_by_another_split_naming_the_
     restored.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     with pytest.raises(ValueError, match="other number of DataLoader workers or ranks"):
         next(iter(DataLoader(restored, batch_size=4)))
+
+
+class FlakyRecords(Dataset):
+    """Map-style: the first read of each listed index fails (a transient read error)."""
+
+    def __init__(self, n, fail_at):
+        self.n, self.fail = n, set(fail_at)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.fail:
+            self.fail.discard(i)
+            raise OSError(f"transient read error at {i}")
+        return torch.tensor([i])
+
+
+class FlakyStream(torch.utils.data.IterableDataset):
+    """A stream whose generator raises once, at item ``fail_at`` of each pass."""
+
+    def __init__(self, n, fail_at):
+        self.n, self.fail_at = n, fail_at
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail_at:
+                self.fail_at = None
+                raise OSError(f"transient read error at {i}")
+            yield torch.tensor([i])
+
+
+def _drive_retrying(loader):
+    """Every row until the loop ends or fails; calls next() again after an OSError."""
+    rows, errors, it = [], [], iter(loader)
+    while True:
+        try:
+            rows.extend(next(it).flatten().tolist())
+        except StopIteration:
+            return rows, errors, "ended"
+        except OSError as error:
+            errors.append(error)
+        except RuntimeError as error:
+            errors.append(error)
+            return rows, errors, "stopped"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_read_error_never_ends_an_epoch_silently(num_workers, stream):
+    # Fails on the code before this test: the epoch ended normally after 40 of 80
+    # copies (0 workers) or 60 of 80 (2 workers).
+    data = FlakyStream(40, fail_at=13) if stream else FlakyRecords(40, fail_at={13})
+    kw = {"sharding": "dataecho"} if stream else {}
+    ds = EchoDataset(data, factor=2, buffer_size=8, seed=1, **kw)
+    rows, errors, how = _drive_retrying(DataLoader(ds, batch_size=4, num_workers=num_workers))
+    assert isinstance(errors[0], OSError) and "transient read error" in str(errors[0])
+    assert how == "stopped" and len(rows) < 80
+    assert "stopped at a read error (OSError" in str(errors[-1])
+    assert "restore the checkpoint taken before the error" in str(errors[-1])
+
+
+def test_a_state_is_refused_after_a_read_error_and_a_new_iteration_reads_the_epoch_again():
+    ds = EchoDataset(FlakyRecords(20, fail_at={5}), factor=2, buffer_size=4, seed=1)
+    loader = DataLoader(ds, batch_size=4)
+    with pytest.raises(OSError, match="transient read error at 5"):
+        list(loader)
+    with pytest.raises(RuntimeError, match="cannot checkpoint an iteration that stopped at a "
+                                           "read error"):
+        ds.state_dict()
+    rows = [r for batch in loader for r in batch.flatten().tolist()]
+    assert collections.Counter(rows) == {i: 2 for i in range(20)}

@@ -70,6 +70,13 @@ class EchoDataset(IterableDataset[Any]):
     the examples already consumed are skipped: exact when its order is seeded, and it
     re-reads that part of the epoch.
 
+    Read errors: an error while reading reaches the training loop with its type (from
+    a worker, as the DataLoader re-raises it), and the iteration stops there: every
+    later batch of it raises a ``RuntimeError`` naming the error, never a shorter
+    epoch, since the DataLoader dropped the examples of the batch it was filling. To
+    go on, restore the checkpoint taken before the error, or start a new iteration
+    (it reads the epoch again). A state is not taken after such an error.
+
     Adaptive echoing (``factor=dataecho.Auto(...)``) is decided in each worker: a thread
     reads the worker's part of the stream ahead, and the worker echoes a recent example
     (augmented anew) only while its next fresh one is not ready; the DataLoader's bounded
@@ -199,6 +206,9 @@ class EchoDataset(IterableDataset[Any]):
         # The number of a checkpoint loaded in the training process: every iteration's
         # copies hold it, but only the first iteration after the load resumes it.
         self._load: int | None = None
+        # A read error of the live iteration: its position counts examples the
+        # DataLoader dropped with the batch it was filling, so no state is taken now.
+        self._failed: Exception | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -254,6 +264,7 @@ class EchoDataset(IterableDataset[Any]):
         # restored) now, so a state StatefulDataLoader takes before the first example
         # already names this iteration's epoch.
         loop = self._loop
+        self._failed = None
         if self._load is not None:
             if loop.pending and not self._epochs.take(self._load):
                 loop.drop_pending()  # an earlier iteration resumed it
@@ -275,15 +286,7 @@ class EchoDataset(IterableDataset[Any]):
         return self._hand_out(cast(Tally, stage), check_empty)
 
     def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
-        publish = self._counts.publisher(tally.counts)
-        for item in tally:
-            publish()
-            yield item
-        publish()
-        if self._loop.stage is tally:  # not replaced by set_epoch or a restore meanwhile
-            self._loop.end()
-        if check_empty and not tally.yields:
-            raise ValueError(_empty_message())
+        return _Handout(self, tally, check_empty)
 
     def state_dict(self) -> State:
         """The epoch loop's state: the epoch, the position in it, and the counts.
@@ -297,6 +300,12 @@ class EchoDataset(IterableDataset[Any]):
         epoch's counts: in a worker, that worker's; in the training process, also what
         its DataLoader workers counted (as finished).
         """
+        if self._failed is not None:
+            raise RuntimeError(
+                f"EchoDataset cannot checkpoint an iteration that stopped at a read error "
+                f"({type(self._failed).__name__}: {self._failed}): its position counts the "
+                "examples the DataLoader dropped with the batch it was filling, so a "
+                "restore would skip them; keep the checkpoint taken before the error")
         state = self._loop.state_dict()
         if get_worker_info() is None:
             # The training process sees its workers' counts only in shared memory.
@@ -319,6 +328,7 @@ class EchoDataset(IterableDataset[Any]):
         """
         loaded, totals = upgrade_state(state)
         self._loop.load_state_dict(loaded, "EchoDataset")
+        self._failed = None
         # Loaded in a worker (a StatefulDataLoader's restore), the state is that worker's
         # own; loaded here, the copies of every later iteration hold it (see __iter__).
         self._load = None if get_worker_info() is not None else self._epochs.loaded()
@@ -349,6 +359,53 @@ class EchoDataset(IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return f"EchoDataset({self._repr})"
+
+
+class _Handout(Iterator[Any]):
+    """One iteration's examples, counted as handed over; a read error sticks.
+
+    Not a generator: an error raised through a generator ends it, so the DataLoader's
+    next call would see a normal end of the epoch. The DataLoader also drops the
+    examples of the batch it was filling when a read fails, so going on after an error
+    would lose them silently: every later call raises again, naming the first error.
+    """
+
+    def __init__(self, owner: EchoDataset, tally: Tally, check_empty: bool) -> None:
+        self._owner, self._tally, self._check_empty = owner, tally, check_empty
+        self._publish = owner._counts.publisher(tally.counts)
+        self._error: Exception | None = None
+        self._done = False
+
+    def __next__(self) -> Any:
+        if self._error is not None:
+            raise RuntimeError(
+                f"this EchoDataset iteration stopped at a read error "
+                f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
+                "DataLoader dropped the examples of the batch it was filling; restore the "
+                "checkpoint taken before the error (or start a new iteration, which "
+                "reads the epoch again)") from self._error
+        if self._done:
+            raise StopIteration
+        try:
+            item = next(self._tally)
+        except StopIteration:
+            self._finish()
+            raise
+        except Exception as error:
+            self._error = error
+            self._owner._failed = error
+            raise
+        self._publish()
+        return item
+
+    def _finish(self) -> None:
+        self._done = True
+        self._publish()
+        loop = self._owner._loop
+        if loop.stage is self._tally:  # not replaced by set_epoch or a restore meanwhile
+            loop.end()
+        if self._check_empty and not self._tally.yields:
+            raise ValueError(_empty_message())
 
 
 def _is_stream(dataset: object) -> bool:
