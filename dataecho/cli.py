@@ -1,30 +1,98 @@
-"""The ``dataecho`` command line: one subcommand per job, each in its own module."""
+"""The ``dataecho`` command line: one subcommand per job, each in its own module.
+
+A subcommand whose optional dependencies are missing ends with one line naming the
+extra that installs them (``pip install 'dataecho[demo]'``), not a traceback; every
+subcommand's ``--help`` needs numpy only.
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 
-# subcommand -> (module:function, one-line help). Modules load lazily so that
-# `dataecho tour` needs numpy only and `dataecho demo` pays for torch alone.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("dataecho.demo:main",
-             "train on Fashion-MNIST read over a throttled network: baseline vs echoing"),
-    "tour": ("dataecho.tour:main", "a ten-second tour of the echo stages on toy data"),
-    "profile": ("dataecho.profiler.cli:main",
-                "measure whether a job is input-bound and which echo factor to use"),
-    "reproduce": ("dataecho.experiments.cli:reproduce_main",
-                  "run the paper's experiments on our workloads (resumable)"),
-    "report": ("dataecho.experiments.cli:report_main",
-               "write the Markdown report and figures from a result store"),
+
+class Command:
+    """A subcommand: where its ``main(argv) -> int`` lives, its extra, its help line."""
+
+    def __init__(self, target: str, extra: str | None, help_: str) -> None:
+        self.target = target  # "module:function", imported only when the command runs
+        self.extra = extra  # the pip extra with its dependencies beyond numpy, if any
+        self.help = help_
+
+
+# Modules load lazily so that `dataecho tour` needs numpy only and `dataecho demo` pays
+# for torch alone. reproduce and report name the demo extra: it holds torch, matplotlib
+# and scikit-learn, which they need (there is no extra of their own).
+COMMANDS: dict[str, Command] = {
+    "demo": Command("dataecho.demo:main", "demo",
+                    "train on Fashion-MNIST read over a throttled network: baseline vs echoing"),
+    "tour": Command("dataecho.tour:main", None,
+                    "a ten-second tour of the echo stages on toy data"),
+    "profile": Command("dataecho.profiler.cli:main", None,
+                       "measure whether a job is input-bound and which echo factor to use"),
+    "reproduce": Command("dataecho.experiments.cli:reproduce_main", "demo",
+                         "run the paper's experiments on our workloads (resumable)"),
+    "report": Command("dataecho.experiments.cli:report_main", "demo",
+                      "write the Markdown report and figures from a result store"),
 }
+
+# Import names that differ from the names pip installs.
+_DISTRIBUTIONS = {"PIL": "Pillow", "sklearn": "scikit-learn"}
+
+
+class MissingExtra(ModuleNotFoundError):
+    """An optional dependency of a subcommand is not installed; the message names its extra."""
+
+
+def missing(*modules: str) -> list[str]:
+    """The ``modules`` (import names) that are not installed, in the order given.
+
+    Example:
+        >>> missing("json", "no_such_module_here")
+        ['no_such_module_here']
+    """
+    return [name for name in modules if not _installed(name)]
+
+
+def require(command: str, extra: str, *modules: str) -> None:
+    """Raises :class:`MissingExtra` unless every one of ``modules`` is installed.
+
+    Example:
+        >>> require("demo", "demo", "json")  # installed: nothing happens
+        >>> require("demo", "demo", "json", "no_such_module_here")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dataecho.cli.MissingExtra: dataecho demo needs no_such_module_here, which is not ...
+    """
+    absent = missing(*modules)
+    if absent:
+        raise MissingExtra(extra_message(command, extra, absent), name=absent[0])
+
+
+def extra_message(command: str, extra: str, modules: list[str]) -> str:
+    """One line: what ``command`` needs, that it is not installed, and the pip command."""
+    names = [_DISTRIBUTIONS.get(name, name) for name in modules]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    verb = "is" if len(names) == 1 else "are"
+    return (f"dataecho {command} needs {listed}, which {verb} not installed; "
+            f"pip install 'dataecho[{extra}]'")
+
+
+def _installed(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken parent
+        return False
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    return ("usage: dataecho COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(lines)
+    lines = [f"  {name:<{width}}  {cmd.help}" for name, cmd in COMMANDS.items()]
+    return ("usage: dataecho [--version] COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(lines)
             + "\n\n`dataecho COMMAND --help` describes each command's arguments.")
 
 
@@ -34,24 +102,49 @@ def _load(target: str) -> Callable[[list[str]], int]:
     return fn
 
 
+def _run(name: str, rest: list[str]) -> int:
+    cmd = COMMANDS[name]
+    try:
+        return int(_load(cmd.target)(rest) or 0)
+    except MissingExtra as error:
+        print(error, file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as error:
+        # Only a dependency that is absent: a module that is installed but fails to
+        # import (a broken build, a bug) keeps its traceback.
+        root = (error.name or "").partition(".")[0]
+        if cmd.extra is None or not root or root == "dataecho" or _installed(root):
+            raise
+        print(extra_message(name, cmd.extra, [root]), file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs ``dataecho COMMAND ARGS``; returns the exit status.
 
     Example:
         >>> main(["--help"])  # doctest: +ELLIPSIS
-        usage: dataecho COMMAND [ARGS...]
+        usage: dataecho [--version] COMMAND [ARGS...]
         ...
+        0
+        >>> main(["--version"])  # doctest: +ELLIPSIS
+        dataecho ...
         0
     """
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(_usage())
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"dataecho {__version__}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"dataecho: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    return int(_load(COMMANDS[name][0])(rest) or 0)
+    return _run(name, rest)
 
 
 if __name__ == "__main__":

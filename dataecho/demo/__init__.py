@@ -19,15 +19,27 @@ Modules: ``remote`` (the simulated object store: shards, index, decode, server, 
 
 from __future__ import annotations
 
+# Import names the demo cannot train without (the demo extra); matplotlib only draws
+# the figure, so without it the demo warns and still writes its table and JSON.
+REQUIRED = ("torch", "PIL")
+
 
 def main(argv: list[str]) -> int:
-    """Runs ``dataecho demo ARGS``; see :func:`dataecho.demo.command.main`.
+    """Runs ``dataecho demo ARGS``; see :func:`dataecho.demo.command.run`.
 
-    Imported lazily, so ``dataecho.demo.remote`` and ``grid`` work without torch.
+    The flags are parsed (``--help`` printed, a bad flag refused) before torch is
+    imported, and a missing torch or Pillow raises :class:`dataecho.cli.MissingExtra`,
+    naming the extra, before any data is written. ``torch`` is imported lazily, so
+    ``dataecho.demo.remote`` and ``grid`` work without it.
     """
-    from .command import main as run_demo
+    from ..cli import require
+    from .config import parse_args
 
-    return run_demo(argv)
+    cfg = parse_args(argv)
+    require("demo", "demo", *REQUIRED)
+    from .command import execute
+
+    return execute(cfg)
 
 
 __all__ = ["main"]

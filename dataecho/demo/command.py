@@ -50,7 +50,11 @@ def main(argv: list[str]) -> int:
 
         dataecho demo --smoke --out /tmp/demo
     """
-    cfg = parse_args(argv)
+    return execute(parse_args(argv))
+
+
+def execute(cfg: DemoConfig) -> int:
+    """:func:`run`, with its expected failures as a message and an exit status."""
     try:
         return run(cfg)
     except FileNotFoundError as error:

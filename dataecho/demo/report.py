@@ -6,7 +6,6 @@ import json
 import math
 import os
 import platform
-import resource
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,16 +77,24 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
 def peak_rss_mb(runs: list[RunResult]) -> dict[str, float | None]:
     """Peak resident memory of this process and of the largest worker of ``runs``, in MB.
 
-    The trainer's peak comes from ``getrusage``; workers report their own ``VmHWM``
-    (None where /proc is not readable). One worker runs at a time, so the sum bounds
-    the demo's peak.
+    The trainer's peak comes from ``getrusage`` (None on Windows, which lacks the
+    ``resource`` module); workers report their own ``VmHWM`` (None where /proc is not
+    readable). One worker runs at a time, so the sum bounds the demo's peak.
     """
-    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # KB on Linux, bytes on macOS
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    own = _own_peak_mb()
     workers = [r.worker_rss_mb for r in runs if r.worker_rss_mb is not None]
     worker = max(workers, default=None)
     return {"main_mb": own, "largest_worker_mb": worker,
-            "sum_mb": own + worker if worker is not None else None}
+            "sum_mb": own + worker if own is not None and worker is not None else None}
+
+
+def _own_peak_mb() -> float | None:
+    try:
+        import resource  # POSIX only: imported here so the report loads on Windows
+    except ImportError:
+        return None
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # KB on Linux, bytes on macOS
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def versions() -> dict[str, str]:

@@ -4,17 +4,18 @@ Every record has a ``key``: the reproduction keys trials by
 :func:`dataecho.experiments.record.trial_key`, the demo's grid
 (:mod:`dataecho.demo.grid`) keys runs by their spec. A sweep asks the store before
 running a trial and skips it when its key is present, so an interrupted sweep resumes
-where it stopped and a finished trial is never redone. Appends from
-several processes take an exclusive ``flock`` and write the whole line in one call, so
-lines never interleave; a line cut short by a crash is skipped when reading (and the
-next append starts a new line), which only means that trial runs again.
+where it stopped and a finished trial is never redone. Appends from several processes
+take an exclusive lock (``flock``; ``msvcrt.locking`` on Windows) and write the whole
+line in one call, so lines never interleave; a line cut short by a crash is skipped
+when reading (and the next append starts a new line), which only means that trial runs
+again.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,13 +76,34 @@ class Store:
         line = text + "\n"
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock(fd)
             size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = "\n" + line  # the previous writer died mid-line
+            if size:
+                os.lseek(fd, size - 1, os.SEEK_SET)  # not os.pread: POSIX only
+                if os.read(fd, 1) != b"\n":
+                    line = "\n" + line  # the previous writer died mid-line
             os.write(fd, line.encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)  # closing releases the lock
         stored: Record = json.loads(text)
         return stored
+
+
+def _lock(fd: int) -> None:
+    """Takes an exclusive lock on the open file ``fd``, held until it is closed.
+
+    Imported here, not at the top: ``fcntl`` exists only on POSIX, ``msvcrt`` only on
+    Windows, and the store's readers need neither.
+    """
+    if sys.platform == "win32":
+        import msvcrt
+
+        # Byte 0 stands for the whole file (every writer locks the same byte; a lock
+        # past the end is allowed). LK_LOCK retries for about 10 s, then raises OSError.
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)

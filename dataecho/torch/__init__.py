@@ -8,8 +8,16 @@ For DDP, ``dataecho.torch.distributed.RankAgreement`` keeps adaptive echoing in 
 across ranks; it is imported from there, so this package needs no process group.
 """
 
-from .batches import EchoBatches
-from .dataset import EchoDataset
-from .sharding import shard_of
+try:
+    from .batches import EchoBatches
+    from .dataset import EchoDataset
+    from .sharding import shard_of
+except ModuleNotFoundError as error:
+    if error.name != "torch":  # torch is there; something it needs is not: keep that error
+        raise
+    raise ModuleNotFoundError(
+        "dataecho.torch needs PyTorch, which is not installed; pip install "
+        "'dataecho[torch]' (or the torch build for your accelerator, from pytorch.org)",
+        name="torch") from None
 
 __all__ = ["EchoBatches", "EchoDataset", "shard_of"]

@@ -1,0 +1,118 @@
+"""`dataecho`: every --help on numpy alone, a missing extra named in one line, --version."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dataecho
+from dataecho.cli import COMMANDS, main
+
+# Runs `dataecho ARGS` in a fresh interpreter where the modules named in BLOCKED cannot be
+# imported, as on an install without the extras (a finder ahead of the real ones refuses
+# them, so it does not matter whether they are installed here).
+BLOCKING = textwrap.dedent("""
+    import importlib.abc, json, sys
+    BLOCKED = set(json.loads(sys.argv[1]))
+
+    class Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Absent())
+    from dataecho.cli import main
+    raise SystemExit(main(sys.argv[2:]))
+""")
+EXTRAS = ["torch", "PIL", "matplotlib", "sklearn", "torchdata"]
+
+
+def dataecho_without(blocked, *args, cwd=None):
+    return subprocess.run([sys.executable, "-c", BLOCKING, json.dumps(blocked), *args],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_subcommand_s_help_works_without_torch_pillow_or_matplotlib(command):
+    done = dataecho_without(EXTRAS, command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: dataecho {command}") and not done.stderr
+
+
+@pytest.mark.parametrize("argv, missing", [
+    (["demo", "--quick"], "torch and Pillow, which are"),
+    (["demo", "--device", "cuda"], "torch, which is"),
+    (["reproduce", "--budget", "smoke"], "torch, which is"),
+])
+def test_a_command_without_its_extra_exits_1_with_one_line_naming_it(argv, missing, tmp_path):
+    done = dataecho_without(EXTRAS, *argv, "--out", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr == (f"dataecho {argv[0]} needs {missing} not installed; "
+                           "pip install 'dataecho[demo]'\n")
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing trained
+
+
+def test_the_demo_with_torch_alone_names_pillow():
+    done = dataecho_without(["PIL"], "demo", "--quick")
+    assert (done.returncode, done.stderr) == (
+        1, "dataecho demo needs Pillow, which is not installed; pip install 'dataecho[demo]'\n")
+
+
+def test_report_reads_its_store_without_torch(tmp_path):
+    pytest.importorskip("matplotlib")
+    store = tmp_path / "results.jsonl"
+    store.write_text("")
+    done = dataecho_without(["torch", "sklearn"], "report", "--store", str(store),
+                            "--wallclock", "none")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "README.md").is_file()
+
+
+def test_report_without_matplotlib_names_the_extra(tmp_path):
+    store = tmp_path / "results.jsonl"
+    store.write_text("")
+    done = dataecho_without(["matplotlib"], "report", "--store", str(store))
+    assert (done.returncode, done.stderr) == (
+        1, "dataecho report needs matplotlib, which is not installed; "
+           "pip install 'dataecho[demo]'\n")
+
+
+def test_importing_dataecho_torch_without_torch_names_the_extra():
+    code = BLOCKING.replace("from dataecho.cli import main\nraise SystemExit(main(sys.argv[2:]))",
+                            "import dataecho.torch")
+    done = subprocess.run([sys.executable, "-c", code, '["torch"]'], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "ModuleNotFoundError: dataecho.torch needs PyTorch, which is not installed; pip install "
+        "'dataecho[torch]' (or the torch build for your accelerator, from pytorch.org)")
+
+
+def test_a_dependency_that_is_installed_but_broken_keeps_its_traceback(monkeypatch):
+    # Only an absent module becomes the one-line message; any other import failure is a
+    # bug to see in full.
+    def broken(argv):
+        raise ModuleNotFoundError("No module named 'dataecho.nowhere'", name="dataecho.nowhere")
+
+    monkeypatch.setattr("dataecho.cli._load", lambda target: broken)
+    with pytest.raises(ModuleNotFoundError, match=r"dataecho\.nowhere"):
+        main(["demo"])
+
+
+def test_version_prints_the_package_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"dataecho {dataecho.__version__}\n"
+    done = subprocess.run([sys.executable, "-m", "dataecho", "--version"],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, f"dataecho {dataecho.__version__}\n")
+
+
+def test_the_reproduce_flags_offer_the_protocol_s_budgets():
+    pytest.importorskip("torch")
+    from dataecho.experiments.cli import BUDGETS
+    from dataecho.experiments.protocol import BUDGETS as PROTOCOL
+
+    assert BUDGETS == PROTOCOL
