@@ -18,6 +18,8 @@ from .source import Source
 from .stage import Stage
 
 Variant = Literal["before_augmentation", "after_augmentation", "batch"]
+#: The values ``pipeline(echo=...)`` accepts besides None, in the paper's order of
+#: quality: example echoing before augmentation, after it, and batch echoing.
 VARIANTS: tuple[str, ...] = ("before_augmentation", "after_augmentation", "batch")
 
 

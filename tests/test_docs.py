@@ -138,3 +138,15 @@ def test_the_figure_script_redraws_every_figure_in_docs_figures(tmp_path: pathli
     # Bytes depend on the matplotlib and FreeType versions; the size does not.
     assert [_png_size(p) for p in committed] == [_png_size(tmp_path / p.name)
                                                  for p in committed]
+
+
+def test_a_comment_above_a_constant_becomes_its_api_description():
+    pytest.importorskip("griffe")
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        from griffe_comments import comment_above
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    lines = ["X = 1", "#: Uses at most,", "#: by default.", "LIMIT = 4", "Y = 2"]
+    assert comment_above(lines, 4) == "Uses at most,\nby default."
+    assert comment_above(lines, 5) is None
