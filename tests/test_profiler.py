@@ -1,14 +1,27 @@
 """The profiler, the advice it prints, the in-loop monitor and `dataecho profile`."""
 
 import json
+import queue
 import re
+import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from dataecho import cli
-from dataecho.profiler import LoopTiming, Monitor, Profile, fixed_factor, main, profile, recommend
+from dataecho.profiler import (
+    LoopTiming,
+    Monitor,
+    Profile,
+    device_sync,
+    fixed_factor,
+    main,
+    profile,
+    recommend,
+)
 
 
 def slow_loader(n, seconds):
@@ -149,8 +162,21 @@ def test_advice_when_input_bound_names_variant_factor_rule_and_bound():
     text = Profile(0.03, 0.01, 0.7, 50).recommendation()
     assert "Input-bound: R = 3.00" in text and "idles 67%" in text
     assert "e = 3" in text and "e <= R" in text and "min(R, e) = 3.00x" in text
-    assert "echo='before_augmentation'" in text and "factor=Auto(max_factor=" in text
-    assert "not bit-reproducible" in text
+    assert "echo='before_augmentation'" in text and "not bit-reproducible" in text
+
+
+def test_advice_names_auto_s_caps_as_they_are():
+    # Auto() caps copies augmented anew at 8 uses and identical copies at 4.
+    from dataecho.factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR, Auto
+
+    assert (Auto().cap(augmented=True), Auto().cap(augmented=False)) == (
+        AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR) == (8, 4)
+    assert recommend(3.0).splitlines()[-1] == (
+        "Adaptive: factor=Auto() echoes only while a batch is late, tracking R: at most 8 "
+        "uses of an example before augmentation, 4 of identical copies (after it, batches); "
+        "not bit-reproducible.")
+    assert "factor=Auto(max_factor=6) echoes only while a batch is late, at most 6 uses" in (
+        recommend(9.0, max_factor=6))
 
 
 def test_advice_states_the_e_le_r_rule_once_and_each_line_says_one_thing():
@@ -270,3 +296,122 @@ def test_cli_rejects_a_negative_synthetic_upstream(capsys):
 def test_cli_reports_a_bad_module_clearly(capsys):
     assert main(["--module", "no_such_module_xyz:f", "--step-ms", "1"]) == 2
     assert "no_such_module_xyz" in capsys.readouterr().err
+
+
+class AsyncStep:
+    """A step that hands its work to a thread and returns at once, as a CUDA step returns
+    once its kernels are queued; ``sync`` waits until the work is done, as
+    ``torch.cuda.synchronize`` does. The thread runs the queued steps one after another,
+    like a stream."""
+
+    def __init__(self, seconds):
+        self.seconds, self.work = seconds, queue.Queue()
+        threading.Thread(target=self._device, daemon=True).start()
+
+    def _device(self):
+        while True:
+            self.work.get()
+            time.sleep(self.seconds)
+            self.work.task_done()
+
+    def __call__(self, batch):
+        self.work.put(batch)
+
+    def sync(self):
+        self.work.join()
+
+
+def test_profile_waits_for_an_asynchronous_step_so_r_is_right():
+    # Truth: 40 ms per batch, 20 ms of work per step, R = 2.
+    synced = AsyncStep(0.02)
+    right = profile(Reloadable(12, 0.04), synced, batches=8, warmup=1, steps=8,
+                    sync=synced.sync)
+    assert right.downstream_s == pytest.approx(0.02, rel=0.1)
+    assert right.ratio == pytest.approx(2.0, rel=0.1)
+    assert right.stall_fraction == pytest.approx(2 / 3, abs=0.07)
+    # The error the wait prevents: timed at its launch, the step looks free and R huge.
+    wrong = profile(Reloadable(12, 0.04), AsyncStep(0.02), batches=8, warmup=1, steps=8,
+                    sync=None)
+    assert wrong.downstream_s < 0.002 and wrong.ratio > 20
+
+
+def test_monitor_counts_an_asynchronous_step_s_work_as_the_step_not_as_data():
+    def timing(sync):
+        step = AsyncStep(0.02)
+        with Monitor(Reloadable(8, 0.04), log=lambda _: None,
+                     sync=step.sync if sync else None) as batches:
+            for batch in batches:
+                step(batch)
+        return batches.timing()
+
+    right = timing(sync=True)
+    assert right.step_s == pytest.approx(8 * 0.02, rel=0.1)
+    assert right.blocked_s == pytest.approx(8 * 0.04, rel=0.1)
+    # Without the wait each step measures its launch only: its work hides in the reads.
+    assert timing(sync=False).step_s < 0.1 * 8 * 0.02
+
+
+def fake_torch(cuda=False, mps=False):
+    calls = []
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_initialized=lambda: cuda,
+                                   synchronize=lambda: calls.append("cuda")),
+        mps=types.SimpleNamespace(current_allocated_memory=lambda: 1024 if mps else 0,
+                                  synchronize=lambda: calls.append("mps")),
+        backends=types.SimpleNamespace(mps=types.SimpleNamespace(is_available=lambda: mps)))
+    return torch, calls
+
+
+@pytest.mark.parametrize("cuda, mps, xla, expected", [
+    (True, False, False, "cuda"), (False, True, False, "mps"),
+    (False, False, True, "xla"), (False, False, False, None)])
+def test_the_default_sync_is_the_device_in_use(monkeypatch, cuda, mps, xla, expected):
+    torch, calls = fake_torch(cuda, mps)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.delitem(sys.modules, "torch_xla.core.xla_model", raising=False)
+    if xla:
+        xm = types.SimpleNamespace(mark_step=lambda: calls.append("xla mark_step"),
+                                   wait_device_ops=lambda: calls.append("xla"))
+        monkeypatch.setitem(sys.modules, "torch_xla.core.xla_model", xm)
+    sync = device_sync()
+    assert (sync is None) == (expected is None)
+    if sync is not None:
+        sync()
+        assert calls[-1] == expected
+
+
+def test_the_default_sync_waits_once_cuda_is_initialised_after_the_monitor_is_built(
+        monkeypatch):
+    torch, calls = fake_torch(cuda=False)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    batches = Monitor([1, 2, 3, 4], log=lambda _: None)
+    it = iter(batches)
+    next(it), next(it)
+    assert calls == []  # CPU so far: nothing to wait for
+    torch.cuda.is_initialized = lambda: True  # the model moved to the GPU
+    next(it), next(it)
+    assert calls == ["cuda", "cuda"]
+
+
+def test_a_sync_that_is_not_callable_is_an_error_naming_it():
+    with pytest.raises(TypeError, match=r"sync must be a function that waits for the "
+                                        r"accelerator, 'auto' or None, got 'cuda' of type "
+                                        r"str; pass sync=torch.cuda.synchronize"):
+        profile([1, 2, 3], 0.0, sync="cuda")
+    with pytest.raises(TypeError, match=r"sync must be a function .* got 1 of type int"):
+        Monitor([1], sync=1)
+
+
+def test_cli_waits_for_the_device_unless_told_not_to(monkeypatch, capsys):
+    from dataecho.profiler import cli as profiler_cli
+
+    seen = []
+
+    def fake(loader, step, **kwargs):
+        seen.append(kwargs["sync"])
+        return Profile(0.02, 0.01, 0.5, 3)
+
+    monkeypatch.setattr(profiler_cli, "profile", fake)
+    args = ["--synthetic-upstream-ms", "2", "--step-ms", "1", "--json"]
+    assert main(args) == 0 and main([*args, "--no-sync"]) == 0
+    assert seen == ["auto", None]

@@ -7,13 +7,17 @@ step's time. Echoing pays only when ``R > 1``, and a factor ``e`` is free only w
 
 Modules: ``measure`` (:func:`profile` and its :class:`Profile`), ``advice``
 (:func:`recommend`, :func:`fixed_factor`), ``monitor`` (:class:`Monitor`, which logs the
-same numbers inside a training loop, and its :class:`LoopTiming`) and ``cli``
-(``dataecho profile``, :func:`main`).
+same numbers inside a training loop, and its :class:`LoopTiming`), ``sync``
+(:func:`device_sync`: both wait for the accelerator around a timed step, so a CUDA
+step's time is its work, not its launch) and ``cli`` (``dataecho profile``,
+:func:`main`).
 """
 
 from .advice import fixed_factor, recommend
 from .cli import main
 from .measure import Profile, profile
 from .monitor import LoopTiming, Monitor
+from .sync import device_sync
 
-__all__ = ["LoopTiming", "Monitor", "Profile", "fixed_factor", "main", "profile", "recommend"]
+__all__ = ["LoopTiming", "Monitor", "Profile", "device_sync", "fixed_factor", "main", "profile",
+           "recommend"]

@@ -11,7 +11,7 @@ import numbers
 import sys
 
 from .._checks import check_positive_int
-from ..adaptive import DEFAULT_MAX_FACTOR
+from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
 
 
 def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
@@ -97,9 +97,20 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
         f"Variant: dataecho.pipeline(data, augment=..., echo='before_augmentation', "
         f"factor={e:g}), the paper's best; given only batches, batch echoing: "
         f"EchoBatches(loader, factor={e:g}).",
-        f"Adaptive: factor=Auto(max_factor={max_factor}) echoes only while a batch is "
-        "late, tracking R; not bit-reproducible.",
+        _adaptive(max_factor),
     ])
+
+
+def _adaptive(max_factor: int) -> str:
+    # Auto()'s own caps, unless the caller chose one: they differ by variant.
+    if max_factor != DEFAULT_MAX_FACTOR:
+        auto = f"Auto(max_factor={max_factor}) echoes only while a batch is late, at most "
+        return (f"Adaptive: factor={auto}{max_factor} uses of an example, tracking R; not "
+                "bit-reproducible.")
+    return ("Adaptive: factor=Auto() echoes only while a batch is late, tracking R: at most "
+            f"{AUGMENTED_MAX_FACTOR} uses of an example before augmentation, "
+            f"{DEFAULT_MAX_FACTOR} of identical copies (after it, batches); not "
+            "bit-reproducible.")
 
 
 def _idle(ratio: float, share: str, r: str = ".2f") -> str:

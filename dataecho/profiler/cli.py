@@ -1,7 +1,8 @@
 """Is a job input-bound, and how much should it echo? Measure ``R``, then advise.
 
 The ``dataecho profile`` command: :func:`~dataecho.profiler.profile` from the shell, on
-a loader and a step named as ``MODULE:NAME`` or simulated by a duration.
+a loader and a step named as ``MODULE:NAME`` or simulated by a duration. A step on an
+accelerator is timed until the device has finished it (``--no-sync`` to not wait).
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     work = parser.add_mutually_exclusive_group(required=True)
     work.add_argument("--step-ms", type=float, metavar="MS",
                       help="a stand-in training step taking MS milliseconds")
-    work.add_argument("--step", metavar="MODULE:NAME", help="the step, called as fn(batch)")
+    work.add_argument("--step", metavar="MODULE:NAME",
+                      help="the step, called as fn(batch); timed until the accelerator in "
+                           "use (CUDA, MPS, XLA) has finished it")
+    parser.add_argument("--no-sync", dest="sync", action="store_const", const=None,
+                        default="auto",
+                        help="time --step as it returns, without waiting for the "
+                             "accelerator (a GPU step then counts only its launch)")
     parser.add_argument("--batches", type=int, default=50, help="batches timed per pass")
     parser.add_argument("--warmup", type=int, default=3, help="untimed batches first")
     parser.add_argument("--max-factor", type=int, default=DEFAULT_MAX_FACTOR,
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 else _load(args.step))
         check_positive_int(args.max_factor, "max_factor")
         result = profile(loader, step, batches=args.batches, warmup=args.warmup,
-                         steps=min(args.batches, 20))
+                         steps=min(args.batches, 20), sync=args.sync)
     except (ImportError, AttributeError, TypeError, ValueError) as err:
         print(f"dataecho profile: {err}", file=sys.stderr)
         return 2

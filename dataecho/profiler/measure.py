@@ -17,6 +17,7 @@ from typing import Any
 from .._checks import check_positive_int, check_reiterable
 from ..adaptive import DEFAULT_MAX_FACTOR
 from .advice import recommend
+from .sync import Sync, resolve
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,14 @@ def _check_step(step: object) -> float:
 
 
 def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
-            batches: int = 50, warmup: int = 3, steps: int = 20) -> Profile:
+            batches: int = 50, warmup: int = 3, steps: int = 20,
+            sync: Sync = "auto") -> Profile:
     """Times the loader alone, the step alone, then both in a plain loop.
+
+    The step's time ends when the accelerator has finished it, not when its kernels
+    are queued: ``sync`` is called before the clock starts and after the last timed
+    step (and after each step of the plain loop). Without it a CUDA step is timed at
+    its launch cost, and ``R`` comes out too high.
 
     Args:
         loader: any re-iterable of batches (a DataLoader, a list), iterated twice (once
@@ -85,6 +92,10 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
         batches: batches timed in each loader pass.
         warmup: batches (and steps) run untimed first.
         steps: step calls timed on one cached batch.
+        sync: waits for the accelerator: ``"auto"`` (default) uses the device in use
+            (``torch.cuda.synchronize`` once CUDA is initialised, MPS's or XLA's; see
+            :func:`~dataecho.profiler.sync.device_sync`), a callable is called as is,
+            ``None`` never waits (a CPU step).
 
     Example:
         >>> p = profile(range(100), step=0.001, batches=5, warmup=1, steps=5)
@@ -96,6 +107,7 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     batches = check_positive_int(batches, "batches")
     warmup = check_positive_int(warmup, "warmup", minimum=0)
     steps = check_positive_int(steps, "steps")
+    wait = resolve(sync)
     run = step if callable(step) else _sleep(_check_step(step))
     it = iter(loader)
     start = time.perf_counter()
@@ -115,11 +127,14 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     upstream = (time.perf_counter() - start) / n
     for _ in range(warmup):
         run(batch)
+    wait()  # the warm-up's queued work is not the timed steps'
     start = time.perf_counter()
     for _ in range(steps):
         run(batch)
+    wait()  # back-to-back steps overlap launch and work, as in training; then the rest
     downstream = (time.perf_counter() - start) / steps
-    return Profile(upstream, downstream, _stall(iter(loader), run, n, warmup), n, startup)
+    return Profile(upstream, downstream, _stall(iter(loader), run, wait, n, warmup), n,
+                   startup)
 
 
 def _too_short(read: int, warmup: int) -> ValueError:
@@ -130,9 +145,11 @@ def _too_short(read: int, warmup: int) -> ValueError:
         f"warm-up, 1 or more timed), but it yielded {read or 'none'}; {fix}")
 
 
-def _stall(it: Iterator[Any], run: Callable[[Any], object], n: int, warmup: int) -> float:
+def _stall(it: Iterator[Any], run: Callable[[Any], object], wait: Callable[[], object],
+           n: int, warmup: int) -> float:
     for batch in _take(it, warmup):
         run(batch)
+    wait()
     blocked, start, count = 0.0, time.perf_counter(), 0
     while count < n:
         t = time.perf_counter()
@@ -142,6 +159,7 @@ def _stall(it: Iterator[Any], run: Callable[[Any], object], n: int, warmup: int)
             break
         blocked += time.perf_counter() - t
         run(batch)
+        wait()  # a plain loop waits for each step (a loss.item() does on a GPU)
         count += 1
     wall = time.perf_counter() - start
     return blocked / wall if count and wall > 0 else math.nan

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from .._checks import check_iterable, check_positive_int
+from .sync import Sync, resolve
 
 T = TypeVar("T")
 
@@ -59,16 +60,23 @@ class LoopTiming:
 class Monitor(Generic[T]):
     """Wraps a loader inside a training loop and logs its stall every ``every`` steps.
 
-    Time inside ``next()`` counts as blocked; time between one ``next()`` returning
-    and the following call counts as the step. Iterating it again starts a new pass
-    over the loader (a new epoch); totals accumulate. Leaving a ``with`` block logs a
-    final line.
+    Time inside ``next()`` counts as blocked; time from one ``next()`` returning until
+    the accelerator has finished the step (``sync``, called at the following
+    ``next()``) counts as the step. Without the wait, a CUDA step would count only its
+    launch and its work would land in the next wait for data. Iterating it again
+    starts a new pass over the loader (a new epoch); totals accumulate. Leaving a
+    ``with`` block logs a final line.
 
     Args:
         loader: any iterable (DataLoader, dataecho stage, Ray iterator).
         every: steps between log lines, an int >= 1.
         log: receives each line; default ``print``.
         clock: seconds counter; default ``time.perf_counter``.
+        sync: waits for the accelerator before each ``next()``: ``"auto"`` (default)
+            the device in use (``torch.cuda.synchronize`` once CUDA is initialised, MPS's
+            or XLA's), a callable as is, ``None`` never (a CPU step; or to keep the
+            device's work overlapping the next read, reading step times as launch
+            times).
 
     Example:
         >>> lines = []
@@ -80,10 +88,11 @@ class Monitor(Generic[T]):
 
     def __init__(self, loader: Iterable[T], *, every: int = 100,
                  log: Callable[[str], object] = print,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 sync: Sync = "auto") -> None:
         self.loader = check_iterable(loader, "loader")
         self.every = check_positive_int(every, "every")
-        self.log, self.clock = log, clock
+        self.log, self.clock, self.sync = log, clock, resolve(sync)
         self._it: Iterator[T] | None = None
         self._steps, self._blocked, self._step = 0, 0.0, 0.0
         self._returned: float | None = None  # when next() last returned
@@ -95,6 +104,8 @@ class Monitor(Generic[T]):
     def __next__(self) -> T:
         if self._it is None:
             self.__iter__()
+        if self._returned is not None:
+            self.sync()  # the step ends when the device has done its work
         start = self.clock()
         if self._returned is not None:
             self._step += start - self._returned
@@ -120,6 +131,7 @@ class Monitor(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         if self._returned is not None:
+            self.sync()
             self._step += self.clock() - self._returned  # the last step
             self._returned = None
         self.log(f"dataecho: total {self.timing()}")
