@@ -1,10 +1,15 @@
 """Every ```python block in README.md and docs/ runs as written, in a fresh process.
 
 A block runs alone (no other block's names), from a temporary directory, so it must
-bring its own imports and data. A ```text block right after it is its printed output,
-and must match. A block that cannot run here carries ``<!-- skip: the reason -->`` on
-the line before its fence; it is reported as a skip with that reason (which
-``DATAECHO_REQUIRE_ALL=1`` counts as a failure).
+bring its own imports and data. Two markers, on the line before a fence:
+
+- ``<!-- continues -->``: the block goes on from the python block above it on the same
+  page (a page that builds one example over several sections); the chain runs once,
+  as one script, and each block is told apart by its lines.
+- ``<!-- skip: the reason -->``: the block cannot run here; it is reported as a skip
+  with that reason (which ``DATAECHO_REQUIRE_ALL=1`` counts as a failure).
+
+A ```text block right after a python block is its printed output, and must match.
 """
 import os
 import pathlib
@@ -22,6 +27,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TIMEOUT_S = 60
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->")
+CONTINUES = re.compile(r"<!--\s*continues\s*-->")
+MARK = "\x00block"  # printed before each block of a chain, to split their output
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class Block:
     code: str
     output: str | None  # the ```text block that follows, if any
     skip: str | None
+    continues: bool = False  # goes on from the page's python block above
 
     @property
     def name(self) -> str:
@@ -70,39 +78,90 @@ def blocks(path: pathlib.Path) -> list[Block]:
             if all(not line.strip() or line.strip().endswith(":")
                    for line in lines[end + 1:nxt]) and nxt - end <= 4:
                 output = textwrap.dedent("\n".join(lines[nxt + 1:nxt_end]))
-        found.append(Block(path, start + 1, code, output, skip and skip.group(1)))
+        found.append(Block(path, start + 1, code, output, skip and skip.group(1),
+                           bool(found) and CONTINUES.search(before) is not None))
     return found
 
 
-ALL = [block for page in PAGES for block in blocks(page)]
+def chain_of(block: Block, page: list[Block]) -> list[Block]:
+    """The blocks ``block`` runs after, then itself, then the blocks that continue it."""
+    k = page.index(block)
+    start, end = k, k + 1
+    while page[start].continues:
+        start -= 1
+    while end < len(page) and page[end].continues:
+        end += 1
+    return page[start:end]
 
 
-def _run(block: Block, cwd: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    # Padding puts the block's first line at its line in the page, so a traceback's
-    # line numbers are the page's.
-    script = cwd / (block.path.name + ".py")
-    script.write_text("\n" * block.line + block.code)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, script.name], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=TIMEOUT_S)
+BY_PAGE = {page: blocks(page) for page in PAGES}
+ALL = [block for found in BY_PAGE.values() for block in found]
+
+
+def script_of(chain: list[Block]) -> str:
+    """The chain's code, each block at its own lines of the page, so a traceback's line
+    numbers are the page's; each fence line prints a mark that splits the output."""
+    lines: list[str] = []
+    for block in chain:
+        lines += [""] * (block.line - 1 - len(lines))
+        lines += [f"print({MARK!r}, flush=True)", *block.code.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int | None  # None: it ran past the timeout
+    outputs: dict[int, str]  # printed output per block, by fence line
+    stderr: str
+    failed_at: int | None  # the page line of the deepest traceback frame in the page
+
+
+_RUNS: dict[tuple[pathlib.Path, int], Run] = {}
+
+
+def run_chain(chain: list[Block], cwd: pathlib.Path) -> Run:
+    """Runs the chain once per test session, as a script, from ``cwd``."""
+    key = (chain[0].path, chain[0].line)
+    if key not in _RUNS:
+        script = cwd / (chain[0].path.name + ".py")
+        script.write_text(script_of(chain))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+               "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+        try:
+            done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env,
+                                  text=True, capture_output=True, timeout=TIMEOUT_S)
+            code, out, err = done.returncode, done.stdout, done.stderr
+        except subprocess.TimeoutExpired as error:
+            code, out, err = None, str(error.stdout or ""), str(error.stderr or "")
+        parts = out.split(MARK + "\n")[1:]
+        frames = re.findall(rf'File "[^"]*{re.escape(script.name)}", line (\d+)', err)
+        _RUNS[key] = Run(code, {b.line: p for b, p in zip(chain, parts, strict=False)},
+                         err, int(frames[-1]) if frames else None)
+    return _RUNS[key]
+
+
+def _lines(output: str) -> list[str]:
+    return [line.rstrip() for line in output.strip().splitlines()]
 
 
 @pytest.mark.parametrize("block", ALL, ids=[b.name for b in ALL])
 def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: pathlib.Path):
     if block.skip:
         pytest.skip(f"{block.name}: {block.skip}")
-    try:
-        done = _run(block, tmp_path)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{block.name}: the block ran past {TIMEOUT_S} s", pytrace=False)
-    if done.returncode != 0:
-        pytest.fail(f"{block.name}: the block failed (exit {done.returncode}):\n"
-                    f"{done.stderr[-3000:]}", pytrace=False)
+    chain = chain_of(block, BY_PAGE[block.path])
+    run = run_chain(chain, tmp_path)
+    end = block.line + block.code.count("\n")
+    if run.returncode != 0 and (run.failed_at is None or run.failed_at <= end):
+        where = (f"ran past {TIMEOUT_S} s" if run.returncode is None
+                 else f"failed (exit {run.returncode})")
+        if run.failed_at is not None and run.failed_at < block.line:
+            where += f" in the block it continues, at line {run.failed_at}"
+        pytest.fail(f"{block.name}: the block {where}:\n{run.stderr[-3000:]}",
+                    pytrace=False)
     if block.output is not None:
-        printed = [line.rstrip() for line in done.stdout.strip().splitlines()]
-        stated = [line.rstrip() for line in block.output.strip().splitlines()]
-        assert printed == stated, f"{block.name}: the block printed other than its page says"
+        printed = _lines(run.outputs.get(block.line, ""))
+        assert printed == _lines(block.output), (
+            f"{block.name}: the block printed other than its page says")
 
 
 def test_the_docs_hold_python_blocks_and_every_skip_says_why():
@@ -110,15 +169,28 @@ def test_the_docs_hold_python_blocks_and_every_skip_says_why():
     assert all(b.skip is None or b.skip.strip() for b in ALL)
 
 
-def test_block_parsing_finds_indented_blocks_outputs_and_skips(tmp_path: pathlib.Path):
+def test_block_parsing_finds_indented_blocks_outputs_skips_and_chains(
+        tmp_path: pathlib.Path):
     page = tmp_path / "page.md"
     page.write_text("text\n\n<!-- skip: needs a GPU -->\n```python\nimport torch\n```\n\n"
                     "1. item\n\n   ```python\n   print(1)\n   ```\n\n   ```text\n   1\n"
-                    "   ```\n")
+                    "   ```\n\n<!-- continues -->\n```python\nprint(2)\n```\n")
     found = blocks(page)
-    assert [(b.line, b.skip, b.output) for b in found] == [(4, "needs a GPU", None),
-                                                           (10, None, "1")]
+    assert [(b.line, b.skip, b.output, b.continues) for b in found] == [
+        (4, "needs a GPU", None, False), (10, None, "1", False), (19, None, None, True)]
     assert found[1].code == "print(1)\n"
+    assert chain_of(found[2], found) == chain_of(found[1], found) == found[1:]
+
+
+def test_a_chain_runs_once_and_each_block_gets_its_output_and_its_failure(
+        tmp_path: pathlib.Path):
+    page = tmp_path / "chain.md"
+    page.write_text("```python\nx = 1\nprint(x)\n```\n\n<!-- continues -->\n"
+                    "```python\nprint(x + 1)\nraise SystemExit(x / 0)\n```\n")
+    found = blocks(page)
+    run = run_chain(found, tmp_path)
+    assert run.outputs == {1: "1\n", 7: "2\n"}
+    assert run.returncode == 1 and run.failed_at == 9
 
 
 def _png_size(path: pathlib.Path) -> tuple[int, int]:
