@@ -6,6 +6,9 @@ bring its own imports and data. Two markers, on the line before a fence:
 - ``<!-- continues -->``: the block goes on from the python block above it on the same
   page (a page that builds one example over several sections); the chain runs once,
   as one script, and each block is told apart by its lines.
+- ``<!-- excerpt: examples/name.py -->``: the block shows lines of a runnable example
+  that tests/test_examples.py runs (a multi-process job, say); every line of the block
+  but ``...`` must be a line of that file, so the excerpt cannot drift from it.
 - ``<!-- skip: the reason -->``: the block cannot run here; it is reported as a skip
   with that reason (which ``DATAECHO_REQUIRE_ALL=1`` counts as a failure).
 
@@ -28,6 +31,7 @@ TIMEOUT_S = 60
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->")
 CONTINUES = re.compile(r"<!--\s*continues\s*-->")
+EXCERPT = re.compile(r"<!--\s*excerpt:\s*(\S+)\s*-->")
 MARK = "\x00block"  # printed before each block of a chain, to split their output
 
 
@@ -39,6 +43,7 @@ class Block:
     output: str | None  # the ```text block that follows, if any
     skip: str | None
     continues: bool = False  # goes on from the page's python block above
+    excerpt: str | None = None  # the example file the block's lines come from
 
     @property
     def name(self) -> str:
@@ -78,8 +83,10 @@ def blocks(path: pathlib.Path) -> list[Block]:
             if all(not line.strip() or line.strip().endswith(":")
                    for line in lines[end + 1:nxt]) and nxt - end <= 4:
                 output = textwrap.dedent("\n".join(lines[nxt + 1:nxt_end]))
+        excerpt = EXCERPT.search(before)
         found.append(Block(path, start + 1, code, output, skip and skip.group(1),
-                           bool(found) and CONTINUES.search(before) is not None))
+                           bool(found) and CONTINUES.search(before) is not None,
+                           excerpt and excerpt.group(1)))
     return found
 
 
@@ -140,6 +147,18 @@ def run_chain(chain: list[Block], cwd: pathlib.Path) -> Run:
     return _RUNS[key]
 
 
+def _code_line(line: str) -> str:
+    """A line without its indentation or trailing comment."""
+    return re.sub(r"\s+#.*$", "", line).strip()
+
+
+def lines_not_in(excerpt: str, source: str) -> list[str]:
+    """The excerpt's lines, ``...`` aside, that are no line of ``source``."""
+    have = {_code_line(line) for line in source.splitlines()}
+    return [line for line in map(_code_line, excerpt.splitlines())
+            if line and line != "..." and line not in have]
+
+
 def _lines(output: str) -> list[str]:
     return [line.rstrip() for line in output.strip().splitlines()]
 
@@ -148,6 +167,10 @@ def _lines(output: str) -> list[str]:
 def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: pathlib.Path):
     if block.skip:
         pytest.skip(f"{block.name}: {block.skip}")
+    if block.excerpt:
+        missing = lines_not_in(block.code, (ROOT / block.excerpt).read_text())
+        assert missing == [], f"{block.name}: lines not in {block.excerpt}"
+        return
     chain = chain_of(block, BY_PAGE[block.path])
     run = run_chain(chain, tmp_path)
     end = block.line + block.code.count("\n")
@@ -222,3 +245,9 @@ def test_a_comment_above_a_constant_becomes_its_api_description():
     lines = ["X = 1", "#: Uses at most,", "#: by default.", "LIMIT = 4", "Y = 2"]
     assert comment_above(lines, 4) == "Uses at most,\nby default."
     assert comment_above(lines, 5) is None
+
+
+def test_an_excerpt_must_be_lines_of_its_file():
+    source = "def f(x):\n    y = x + 1  # why\n    return y\n"
+    assert lines_not_in("def f(x):\n    ...\n    return y  # the result\n", source) == []
+    assert lines_not_in("def f(x):\n    return x\n", source) == ["return x"]
