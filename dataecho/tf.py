@@ -123,8 +123,11 @@ class Echo(tf.Module):  # type: ignore[misc]  # tensorflow ships no type informa
         self._base = math.floor(self.factor)
         self._frac = self.factor - self._base
         #: (fresh_examples, emitted_examples, fresh_items, emitted_items) after the
-        #: latest element the echo stage emitted.
-        self.counts = tf.Variable(tf.zeros([4], tf.int64), trainable=False, name="counts")
+        #: latest element the echo stage emitted; None when the stage was built inside a
+        #: function being traced (a ``tf.function``, a ``flat_map``'s), which cannot
+        #: make a variable for each trace.
+        self.counts = None if tf.inside_function() else tf.Variable(
+            tf.zeros([4], tf.int64), trainable=False, name="counts")
 
     def __call__(self, dataset: Any) -> Any:
         """Returns ``dataset`` echoed (and shuffled, with ``buffer_size``)."""
@@ -135,11 +138,12 @@ class Echo(tf.Module):  # type: ignore[misc]  # tensorflow ships no type informa
                 "dataset.apply(dataecho.tf.echo(...))")
         out = (dataset.enumerate().map(self._copies)
                .scan(tf.zeros([4], tf.int64), self._repeat).unbatch().map(self._publish))
-        cardinality = int(dataset.cardinality())
-        if not self._frac and cardinality >= 0:
-            # unbatch forgets the length; Keras uses it for its progress bar.
-            out = out.apply(tf.data.experimental.assert_cardinality(
-                cardinality * self._base))
+        if not self._frac:
+            # unbatch forgets the length; Keras uses it for its progress bar. A cond, not
+            # an if: in a graph (tf.function, interleave) the length is a tensor.
+            length = dataset.cardinality()
+            out = tf.cond(length >= 0, lambda: out.apply(
+                tf.data.experimental.assert_cardinality(length * self._base)), lambda: out)
         if self.buffer_size is not None:
             out = out.shuffle(self.buffer_size, seed=_rng.derive_seed(self.seed, _rng.SHUFFLE),
                               reshuffle_each_iteration=self.reshuffle_each_iteration)
@@ -173,7 +177,8 @@ class Echo(tf.Module):  # type: ignore[misc]  # tensorflow ships no type informa
 
     def _publish(self, totals: Any, element: Any) -> Any:
         # One assign of all four counts, so a read mid-training sees a consistent set.
-        self.counts.assign(totals)
+        if self.counts is not None:
+            self.counts.assign(totals)
         return element
 
     def stats(self) -> EchoStats:
@@ -190,6 +195,11 @@ class Echo(tf.Module):  # type: ignore[misc]  # tensorflow ships no type informa
             >>> stats.fresh_examples, stats.emitted_examples == n, 1400 < n < 1600
             (1000, True, True)
         """
+        if self.counts is None:
+            raise RuntimeError(
+                "this echo stage was built inside a function being traced (a tf.function, "
+                "a flat_map's or interleave's function) and keeps no counts; build it "
+                "outside, stage = dataecho.tf.echo(...), and call dataset.apply(stage) inside")
         fresh, emitted, fresh_items, emitted_items = (int(n) for n in self.counts.numpy())
         return EchoStats(fresh, emitted, fresh_items, emitted_items,
                          emitted_items if self.size is not None else None)

@@ -155,6 +155,88 @@ def test_restore_mid_echo_yields_the_remaining_copies(tmp_path):
     assert stage.stats() == dataecho.EchoStats(6, 18, 6, 18, None)
 
 
+@pytest.mark.parametrize(("factor", "buffer_size"), [(3, None), (1.5, None), (2.5, 4)])
+def test_echo_applied_inside_a_tf_function_yields_and_counts_what_eager_mode_does(
+        factor, buffer_size):
+    expected = values(tf.data.Dataset.range(6).apply(echo(factor, seed=5,
+                                                          buffer_size=buffer_size)))
+    stage = echo(factor, seed=5, buffer_size=buffer_size)
+
+    @tf.function
+    def consume():
+        ds = tf.data.Dataset.range(6).apply(stage)
+        return ds.batch(100).get_single_element(), ds.cardinality()
+
+    out, length = consume()
+    assert out.numpy().tolist() == expected
+    assert int(length) == (18 if factor == 3 else tf.data.UNKNOWN_CARDINALITY)
+    assert stage.stats() == dataecho.EchoStats(6, len(expected), 6, len(expected), None)
+
+
+def test_a_stage_built_inside_a_tf_function_echoes_and_says_it_keeps_no_counts():
+    built = []
+
+    @tf.function
+    def consume():
+        built.append(echo(1.5, seed=5))
+        return tf.data.Dataset.range(6).apply(built[-1]).batch(100).get_single_element()
+
+    expected = values(tf.data.Dataset.range(6).apply(echo(1.5, seed=5)))
+    assert consume().numpy().tolist() == expected
+    with pytest.raises(RuntimeError, match=r"built inside a function being traced .* build it "
+                                           r"outside, stage = dataecho\.tf\.echo"):
+        built[-1].stats()
+
+
+def test_echo_inside_a_flat_map_or_interleave_function_echoes_each_inner_dataset():
+    def inner(n):
+        return tf.data.Dataset.range(n * 10, n * 10 + 5).apply(echo(1.5, seed=1))
+
+    expected = [x for n in range(3) for x in values(inner(n))]
+    assert values(tf.data.Dataset.range(3).flat_map(inner)) == expected
+    assert values(tf.data.Dataset.range(3).interleave(inner, cycle_length=1)) == expected
+
+
+@pytest.mark.parametrize("factor", [2, 2.5])
+def test_echo_in_tf_compat_v1_graph_mode_yields_and_counts_what_eager_mode_does(factor):
+    expected = values(tf.data.Dataset.range(6).apply(echo(factor, seed=5, buffer_size=4)))
+    graph = tf.Graph()
+    with graph.as_default():
+        stage = echo(factor, seed=5, buffer_size=4)
+        iterator = tf.compat.v1.data.make_initializable_iterator(
+            tf.data.Dataset.range(6).apply(stage))
+        element = iterator.get_next()
+        init = [tf.compat.v1.global_variables_initializer(), iterator.initializer]
+    out = []
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        with pytest.raises(tf.errors.OutOfRangeError):
+            while True:
+                out.append(int(session.run(element)))
+        counts = session.run(stage.counts).tolist()
+    assert out == expected
+    assert counts == [6, len(expected), 6, len(expected)]
+
+
+@pytest.mark.parametrize(("factor", "buffer_size"), [(3, None), (2.5, 4)])
+def test_an_eager_checkpoint_restores_into_the_pipeline_built_in_a_tf_function(
+        tmp_path, factor, buffer_size):
+    def build(stage):
+        return tf.data.Dataset.range(6).map(lambda i: (i, i * 10)).apply(stage)
+
+    expected = _pairs(build(echo(factor, seed=5, buffer_size=buffer_size)))
+    for position in sorted({0, 1, 4, len(expected) // 2, len(expected)}):
+        stage = echo(factor, seed=5, buffer_size=buffer_size)
+        it = iter(build(stage))
+        head = _pairs(next(it) for _ in range(position))
+        path = tf.train.Checkpoint(iterator=it, echo=stage).write(str(tmp_path / f"p{position}"))
+        stage = echo(factor, seed=5, buffer_size=buffer_size)
+        it = iter(tf.function(lambda stage=stage: build(stage))())
+        tf.train.Checkpoint(iterator=it, echo=stage).read(path).assert_consumed()
+        assert head + _pairs(it) == expected, f"restored after {position} elements"
+        assert stage.stats().emitted_items == len(expected)
+
+
 def test_repr_shows_the_parameters():
     assert repr(echo(2.5, seed=1, buffer_size=64)) == (
         "echo(factor=2.5, seed=1, buffer_size=64, reshuffle_each_iteration=True)")
