@@ -146,10 +146,104 @@ def test_no_speedup_is_reported_when_the_baseline_missed():
     assert rows[1]["speedup"] is None
 
 
-def test_speedup_and_bound_when_both_reached():
+def test_speedup_and_ideal_speedup_when_both_reached():
     rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 5.0, True, 10.0, 100)],
                      ratio=4.0)
-    assert rows[1]["speedup"] == 4.0 and rows[1]["bound"] == 4.0 and rows[1]["fresh_ratio"] == 0.25
+    assert rows[1]["speedup"] == 4.0 and rows[1]["ideal_speedup"] == 4.0
+    assert rows[1]["fresh_ratio"] == 0.25
+
+
+def test_the_table_calls_min_r_e_what_it_is_and_says_a_seed_can_land_above_it():
+    # min(R, e) bounds steps per second; a time-to-target speedup can exceed it.
+    rows = summarize([run("baseline", 1.0, True, 58.5, 400), run("echo e=5", 5.0, True, 10.0,
+                                                                 100)], ratio=6.0)
+    text = table(rows, 0.83)
+    assert "bound min" not in text and "ideal min(R,e)" in text.splitlines()[0]
+    assert "5.85x" in text and "5.00x" in text
+    assert ("ideal min(R,e): the speedup if an echoed step were worth a fresh one. It bounds "
+            "steps per second, not\ntime to target: one seed can land above it") in text
+
+
+@pytest.fixture
+def no_training(monkeypatch, tmp_path):
+    """``command.run`` on the smoke shards with the step timing and the runs faked: each
+    run returns the next of ``outcomes`` (a RunResult, or an exception to raise)."""
+    from dataecho.demo import command
+
+    outcomes = []
+
+    def one_run(cfg, url, name, factor, device, evaluate):
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return dataclasses.replace(outcome, name=name, factor=factor)
+
+    monkeypatch.setattr(command, "measure_t_down", lambda *args, **kwargs: 0.01)
+    monkeypatch.setattr(command, "one_run", one_run)
+    cfg = dataclasses.replace(parse_args(["--smoke", "--out", str(tmp_path)]), budget_s=1.0)
+    return command, cfg, outcomes, tmp_path
+
+
+def test_the_table_and_json_are_written_as_each_run_ends(no_training, capsys):
+    command, cfg, outcomes, out = no_training
+    outcomes += [run("baseline", 1.0, True, 40.0, 400), KeyboardInterrupt()]
+    with pytest.raises(KeyboardInterrupt):
+        command.run(cfg)  # interrupted in the second run: the first one's numbers stay
+    saved = json.loads((out / "results.json").read_text())
+    assert [row["run"] for row in saved["rows"]] == ["baseline"] and not saved["complete"]
+    assert saved["config"]["preset"] == "smoke" and saved["calibration"]["t_down_s"] == 0.01
+    assert "(1 of 3 runs so far)" in (out / "table.txt").read_text()
+    assert not (out / "accuracy.png").exists()
+
+
+def test_a_failed_plot_costs_only_the_figure(no_training, monkeypatch, capsys):
+    command, cfg, outcomes, out = no_training
+
+    def plot(*args):
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(command, "plot", plot)
+    outcomes += [run("baseline", 1.0, True, 40.0, 400), run("echo", 2.0, True, 20.0, 200),
+                 run("adaptive", "auto", True, 25.0, 250)]
+    assert command.run(cfg) == 0
+    printed = capsys.readouterr().out
+    assert "no accuracy.png: plotting failed (RuntimeError: no display)" in printed
+    assert "files in" in printed and printed.rstrip().endswith("table.txt, results.json")
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] and len(saved["rows"]) == 3
+    assert "(1 of 3" not in (out / "table.txt").read_text()
+
+
+def test_without_matplotlib_the_demo_says_so_first_and_still_writes_its_numbers(
+        no_training, monkeypatch, capsys):
+    command, cfg, outcomes, out = no_training
+    monkeypatch.setattr(command, "missing",
+                        lambda *names: [n for n in names if n == "matplotlib"])
+    monkeypatch.setattr(command, "plot", lambda *args: pytest.fail("plotted"))
+    outcomes += [run("baseline", 1.0, True, 40.0, 400), run("echo", 2.0, True, 20.0, 200),
+                 run("adaptive", "auto", True, 25.0, 250)]
+    assert command.run(cfg) == 0
+    printed = capsys.readouterr().out
+    head = printed.split("shards:")[0]  # said before any data is written or run trained
+    assert "no accuracy.png, as matplotlib is not installed (pip install 'dataecho[demo]'" in head
+    assert (out / "table.txt").is_file() and json.loads((out / "results.json").read_text())
+
+
+def test_the_demo_says_where_its_shards_are_and_how_large(tmp_path, monkeypatch):
+    from dataecho.demo.data import prepare
+
+    monkeypatch.setenv("DATAECHO_CACHE", str(tmp_path))
+    lines = []
+    prepare(1000, 100, 200, log=lines.append)
+    folder = tmp_path / "demo-shards" / "fashion_mnist-1000-200"
+    assert lines[0] == (f"  shards: writing 1,000 examples as PNG tar shards to {folder} "
+                        "(once: later runs reuse them)")
+    assert lines[1].startswith("  shards: 200 of 1,000 examples written (")
+    assert re.fullmatch(rf"  shards: \d+ MB, 1,000 examples written to {re.escape(str(folder))} "
+                        r"\(DATAECHO_CACHE=DIR moves the cache\)", lines[-1])
+    lines.clear()
+    prepare(1000, 100, 200, log=lines.append)  # the second time: found, not written
+    assert len(lines) == 1 and "examples cached in" in lines[0]
 
 
 # The only missed run of the committed full grid: its curve peaked, then fell back.

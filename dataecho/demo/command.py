@@ -9,9 +9,11 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from ..cli import missing
 from .calibrate import calibrate, time_step, time_step_streaming
 from .config import DemoConfig, check_config, parse_args
 from .data import DemoData, prepare
@@ -78,7 +80,12 @@ def runs_of(cfg: DemoConfig) -> list[tuple[str, Factor]]:
 
 
 def run(cfg: DemoConfig) -> int:
-    """The demo with a resolved configuration; writes table.txt, results.json, accuracy.png."""
+    """The demo with a resolved configuration; writes table.txt, results.json, accuracy.png.
+
+    The table and the JSON are rewritten as each run ends, so an interrupted or failed
+    demo keeps the runs it finished; the figure is drawn last, and a missing matplotlib
+    or a failed plot costs only the figure.
+    """
     check_config(cfg)  # a bad value fails here, not after the data and the baseline run
     began = time.perf_counter()
     out = Path(cfg.out)
@@ -91,7 +98,11 @@ def run(cfg: DemoConfig) -> int:
     print(f"  target: {cfg.target:.0%} accuracy on {cfg.eval_size:,} held-out test images "
           f"(evaluated every {cfg.eval_every} steps, clock paused); "
           f"{WHY_TARGET if cfg.preset == 'default' else 'a ' + cfg.preset + ' preset'}")
-    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
+    print(f"  results: {out}/table.txt and results.json, rewritten as each run ends; "
+          + ("accuracy.png at the end" if not missing("matplotlib") else
+             "no accuracy.png, as matplotlib is not installed (pip install 'dataecho[demo]' "
+             "draws it)"))
+    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size, log=print)
     with ShardServer(data.shard_dir, latency=cfg.latency) as server:
         cal = calibrate(measure_t_down(cfg, data, device), cfg.ratio, data.bytes_per_sample,
                         cfg.batch_size)
@@ -108,12 +119,21 @@ def run(cfg: DemoConfig) -> int:
               f"{cal.bandwidth / 1e6:.2f} MB/s so a batch takes {1000 * cal.fetch_s:.0f} ms "
               f"to arrive (R = {cfg.ratio:g}); budget {cfg.budget_s:.0f} s of training per run")
         evaluate = Evaluator(data.eval_images, data.eval_labels, device)
-        results = [one_run(cfg, server.url, name, factor, device, evaluate)
-                   for name, factor in runs_of(cfg)]
-        served = {"requests": server.requests, "bytes_sent": server.bytes_sent}
+        facts: dict[str, Any] = {
+            "config": cfg.as_dict(), "device": str(device), "device_note": device_note,
+            "calibration": {"t_down_s": cal.t_down, "t_down_alone_s": idle,
+                            "ratio_set": cal.ratio, "bytes_per_batch": cal.bytes_per_batch,
+                            "bandwidth_Bps": cal.bandwidth,
+                            "bytes_per_sample": data.bytes_per_sample},
+            "versions": versions(), "trials": 1}
+        planned = runs_of(cfg)
+        results: list[RunResult] = []
+        for name, factor in planned:
+            results.append(one_run(cfg, server.url, name, factor, device, evaluate))
+            facts["server"] = {"requests": server.requests, "bytes_sent": server.bytes_sent}
+            save(out, cfg, facts, results, len(planned), time.perf_counter() - began)
+    rows, text = save(out, cfg, facts, results, len(planned), time.perf_counter() - began)
     ratio = measured_ratio(results[0])
-    rows = summarize(results, ratio)
-    text = table(rows, cfg.target)
     print(f"\nmeasured R = {ratio:.2f} (baseline stalled {results[0].stall_fraction:.0%} of "
           f"its training time at {results[0].steps / results[0].train_s:.1f} steps/s)\n")
     print(text)
@@ -121,27 +141,54 @@ def run(cfg: DemoConfig) -> int:
         if row["speedup"] is not None:
             pace = (f"{row['speedup']:.2f}x faster" if row["speedup"] >= 1
                     else f"slower ({row['speedup']:.2f}x the speed)")
-            print(f"\n{row['run']}: {pace} to {cfg.target:.0%} than the "
-                  f"baseline (bound min(R, e) = {row['bound']:.2f}x), with "
-                  f"{row['fresh_ratio']:.2f}x the baseline's fresh examples")
-    plot(results, cfg.target, out / "accuracy.png",
-         f"Fashion-MNIST over a throttled link, R = {ratio:.1f} measured")
+            print(f"\n{row['run']}: {pace} to {cfg.target:.0%} than the baseline, with "
+                  f"{row['fresh_ratio']:.2f}x its fresh examples; min(R, e) = "
+                  f"{row['ideal_speedup']:.2f}x if an echoed step were worth a fresh one")
+    files = ["table.txt", "results.json"]
+    if draw(results, cfg.target, out / "accuracy.png",
+            f"Fashion-MNIST over a throttled link, R = {ratio:.1f} measured"):
+        files.insert(1, "accuracy.png")
+    rss = peak_rss_mb(results)
+    trainer = "?" if rss["main_mb"] is None else f"{rss['main_mb']:.0f}"
+    worker = "?" if rss["largest_worker_mb"] is None else f"{rss['largest_worker_mb']:.0f}"
+    print(f"\npeak RSS {trainer} MB (trainer) + {worker} MB (largest worker); "
+          f"{time.perf_counter() - began:.0f} s in all; files in {out}/: {', '.join(files)}")
+    return 0
+
+
+def save(out: Path, cfg: DemoConfig, facts: dict[str, Any], results: list[RunResult],
+         planned: int, wall_s: float) -> tuple[list[dict[str, Any]], str]:
+    """Writes table.txt and results.json for the runs done so far; returns rows and table.
+
+    ``complete`` in the JSON says whether every planned run is in it.
+    """
+    ratio = measured_ratio(results[0])
+    rows = summarize(results, ratio)
+    text = table(rows, cfg.target)
+    if len(results) < planned:
+        text += f"\n({len(results)} of {planned} runs so far)"
     (out / "table.txt").write_text(text + "\n")
     write_json(out / "results.json", {
-        "config": cfg.as_dict(), "device": str(device), "device_note": device_note,
-        "calibration": {"t_down_s": cal.t_down, "t_down_alone_s": idle, "ratio_set": cal.ratio,
-                        "bytes_per_batch": cal.bytes_per_batch, "bandwidth_Bps": cal.bandwidth,
-                        "bytes_per_sample": data.bytes_per_sample},
-        "measured_ratio": ratio, "rows": rows, "runs": [r.as_dict() for r in results],
-        "server": served, "rss": peak_rss_mb(results), "versions": versions(),
-        "wall_s": time.perf_counter() - began, "trials": 1,
+        **facts, "measured_ratio": ratio, "rows": rows, "runs": [r.as_dict() for r in results],
+        "complete": len(results) == planned, "rss": peak_rss_mb(results), "wall_s": wall_s,
     })
-    rss = peak_rss_mb(results)
-    worker = "?" if rss["largest_worker_mb"] is None else f"{rss['largest_worker_mb']:.0f}"
-    print(f"\npeak RSS {rss['main_mb']:.0f} MB (trainer) + {worker} MB "
-          f"(largest worker); {time.perf_counter() - began:.0f} s in all; files in {out}/: "
-          "table.txt, accuracy.png, results.json")
-    return 0
+    return rows, text
+
+
+def draw(results: list[RunResult], target: float, path: Path, title: str) -> bool:
+    """The figure, drawn last: without matplotlib, or if plotting fails, a line says so
+    and the table and JSON already written stay as they are. Returns whether it drew."""
+    if missing("matplotlib"):
+        print(f"\nno {path.name}: matplotlib is not installed; pip install 'dataecho[demo]' "
+              "draws it (the table and JSON hold every number)")
+        return False
+    try:
+        plot(results, target, path, title)
+    except Exception as error:  # a figure is never worth the measured numbers
+        print(f"\nno {path.name}: plotting failed ({type(error).__name__}: {error}); the "
+              "table and JSON hold every number")
+        return False
+    return True
 
 
 def measure_t_down(cfg: DemoConfig, data: DemoData, device: torch.device,

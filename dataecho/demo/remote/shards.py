@@ -18,7 +18,7 @@ import json
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -104,6 +104,7 @@ def write_shards(
     shard_size: int = 1000,
     fmt: str = "png",
     prefix: str = "train",
+    progress: Callable[[int, int, int], object] | None = None,
 ) -> list[str]:
     """Writes images and labels as tar shards plus ``{prefix}-index.json``.
 
@@ -118,6 +119,8 @@ def write_shards(
         shard_size: Samples per shard (the last shard may hold fewer).
         fmt: ``"png"`` (lossless) or ``"jpg"``.
         prefix: Names the data set within ``directory``, e.g. ``"train"``/``"test"``.
+        progress: called as ``progress(samples_written, samples_total, bytes_written)``
+            before the first shard and after each one, only when shards are written.
 
     Returns:
         The shard file names, relative to ``directory``, in sample order.
@@ -160,7 +163,9 @@ def write_shards(
     # Remove the index first: until the new one lands, readers see no data set
     # rather than a mix of old and new shards.
     index_path.unlink(missing_ok=True)
-    entries = []
+    entries: list[dict[str, Any]] = []
+    if progress is not None:
+        progress(0, len(images), 0)
     for first in range(0, len(images), shard_size):
         name = f"{prefix}-{first // shard_size:05d}.tar"
         members = []
@@ -171,6 +176,9 @@ def write_shards(
         _atomic_write(root / name, payload)
         entries.append({"name": name, "samples": len(members) // 2, "bytes": len(payload),
                         "sha256": hashlib.sha256(payload).hexdigest()})
+        if progress is not None:
+            progress(first + len(members) // 2, len(images),
+                     sum(int(e["bytes"]) for e in entries))
     for name in {s["name"] for s in old.get("shards", [])} - {e["name"] for e in entries}:
         (root / name).unlink(missing_ok=True)
     index = {"format": INDEX_FORMAT, "prefix": prefix, "fmt": fmt, "source": digest,
