@@ -19,6 +19,7 @@ from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
+from .accelerated import split_of
 from .sharding import check_rank, resolve_rank, shard_of
 from .tally import Tally, upgrade_state
 from .workers import EpochCounter, SharedCounts
@@ -209,13 +210,48 @@ class EchoDataset(IterableDataset[Any]):
         # A read error of the live iteration: its position counts examples the
         # DataLoader dropped with the batch it was filling, so no state is taken now.
         self._failed: Exception | None = None
+        self._read_as = (self.rank, self.world_size)  # as the live iteration reads
+        self._idle = False  # a worker of a process that accelerate's dispatcher skips
+        #: How a loader prepared by accelerate splits this data set ("dispatched" or
+        #: "sliced"), once seen, else None: :func:`dataecho.torch.stats_over_ranks`
+        #: reads it.
+        self.accelerate_split: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
         # so the rank and world size are read here, in the training process.
         state = self.__dict__.copy()
-        state["rank"], state["world_size"] = resolve_rank(self.rank, self.world_size)
+        read_as = self._ranks()
+        state["_idle"] = read_as is None
+        state["rank"], state["world_size"] = resolve_rank(*(read_as or (None, None)))
         return state
+
+    def _ranks(self) -> tuple[int | None, int | None] | None:
+        """The rank and world size to read as, or None if this process reads nothing.
+
+        accelerate's prepared loaders split the data across processes themselves
+        (:mod:`dataecho.torch.accelerated`): process 0 reads for all (the others'
+        iterations, which accelerate starts but never reads, read nothing), or every
+        process reads all and keeps its slice. Reading one rank's part there too would
+        train that part alone.
+        """
+        if self._idle:
+            return None
+        split = split_of(self)
+        if split is None:
+            return self.rank, self.world_size
+        self.accelerate_split = split
+        if self.world_size not in (None, 1):
+            how = ("process 0 reads the data for every process" if split == "dispatched"
+                   else "every process reads the data and keeps its slice")
+            raise ValueError(
+                f"EchoDataset(rank={self.rank}, world_size={self.world_size}) is read by a "
+                f"loader that accelerate prepared, which splits the data itself ({how}), so "
+                f"each rank would train on a part of its own part; drop rank and "
+                "world_size (EchoDataset then reads the whole epoch under accelerate)")
+        if split == "dispatched" and (resolve_rank(None, None)[0] or 0) != 0:
+            return None
+        return 0, 1
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose permutation the next iteration reads.
@@ -227,13 +263,15 @@ class EchoDataset(IterableDataset[Any]):
             TypeError: ``epoch`` is not an int.
             ValueError: ``epoch`` is negative.
         """
+        self._ranks()  # accelerate's loaders call this first, in the training process
         self._loop.set_epoch(epoch)
 
     def _build(self, epoch: int) -> Tally:
         return Tally(self._pipeline(epoch))
 
     def _pipeline(self, epoch: int) -> Stage[Any]:
-        shard, shards = shard_of(self.rank, self.world_size)
+        rank, world_size = self._read_as
+        shard, shards = shard_of(rank, world_size)
         if not self.stream:
             return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
                             epoch=epoch, shard_index=shard, num_shards=shards)
@@ -244,7 +282,7 @@ class EchoDataset(IterableDataset[Any]):
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-        _check_node_split(self.dataset, resolve_rank(self.rank, self.world_size)[1])
+        _check_node_split(self.dataset, resolve_rank(rank, world_size)[1])
         source = as_stage(self.dataset, "dataset")
         if shards > 1:
             if self.sharding is None:
@@ -265,6 +303,10 @@ class EchoDataset(IterableDataset[Any]):
         # already names this iteration's epoch.
         loop = self._loop
         self._failed = None
+        read_as = self._ranks()
+        if read_as is None:
+            return iter(())
+        self._read_as = read_as
         if self._load is not None:
             if loop.pending and not self._epochs.take(self._load):
                 loop.drop_pending()  # an earlier iteration resumed it

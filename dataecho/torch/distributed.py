@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .._checks import check_reiterable
+from ..stats import EchoStats
 
 
 class RankAgreement:
@@ -144,3 +145,39 @@ class EqualSteps:
 
 
 _END = object()
+
+
+def stats_over_ranks(dataset: Any, group: Any = None) -> EchoStats:
+    """The job's counts: every rank's ``dataset.stats()`` combined over the ranks.
+
+    Call it on every rank (it is a collective). Under plain DDP or Lightning each rank
+    reads its own part, so the counts add up. Under accelerate's prepared loaders
+    (:mod:`dataecho.torch.accelerated`) an ``EchoDataset`` reads the whole epoch where
+    accelerate has it read: on process 0 alone when batches are dispatched (the sum is
+    still right), on every process when each keeps a slice (each counts the same whole
+    stream, so the job's count is one rank's). Without a process group it is
+    ``dataset.stats()``.
+
+    Args:
+        dataset: an ``EchoDataset`` (or anything with ``stats()``).
+        group: the process group (default: the world).
+
+    Example:
+        >>> from dataecho.torch import EchoDataset
+        >>> ds = EchoDataset(list(range(4)), factor=2)
+        >>> _ = list(ds)
+        >>> stats_over_ranks(ds).emitted_examples
+        8
+    """
+    own = dataset.stats()
+    if not (dist.is_available() and dist.is_initialized()):
+        return own  # type: ignore[no-any-return]
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    counts = torch.tensor([own.fresh_examples, own.emitted_examples], dtype=torch.int64,
+                          device=device)
+    sliced = getattr(dataset, "accelerate_split", None) == "sliced"
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX if sliced else dist.ReduceOp.SUM,
+                    group=group)
+    fresh, emitted = (int(v) for v in counts.tolist())
+    return EchoStats(fresh, emitted, fresh, emitted, None)
