@@ -10,6 +10,7 @@ already consumed, which is exact for deterministic iterables.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from types import GeneratorType
@@ -88,8 +89,9 @@ class IterableSource(_Reader[T]):
         return {"consumed": token}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        consumed = state_int(state, "consumed", type(self).__name__,
-                             rule="items of the iterable read so far")
+        consumed = state_int(state, "consumed", type(self).__name__, maximum=sys.maxsize,
+                             rule="items of the iterable read so far, which a restore "
+                             "skips: at most sys.maxsize")
         it = iter(self.iterable)
         if it is self.iterable and self._opened:
             raise ValueError(

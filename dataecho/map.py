@@ -74,7 +74,9 @@ class Map(Stage[U]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Map")
-        position = state_int(state, "position", "Map", rule="items transformed so far")
+        position = state_int(state, "position", "Map", maximum=2**64 - 1,
+                             rule="items transformed so far; the per-item generators are "
+                             "the 2**64 substreams of one stream")
         self.upstream.load_state_dict(upstream)
         self._position = position
 

@@ -13,6 +13,13 @@ from .stage import Stage, State, read_into
 
 T = TypeVar("T")
 
+#: The most items a default window (:func:`window_of`) holds: 65,536 items are ten
+#: batches of 256 at factor 25, yet take seconds to read and at most a few GB of images.
+MAX_WINDOW = 2**16
+
+#: The most windows a state may say were read: a counter below 2**63.
+MAX_WINDOWS = 2**63 - 1
+
 
 class Shuffle(Stage[T]):
     """Reads ``buffer_size`` items, yields them in a random order, repeats.
@@ -95,7 +102,8 @@ class Shuffle(Stage[T]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Shuffle")
-        window = state_int(state, "window", "Shuffle", rule="windows read so far")
+        window = state_int(state, "window", "Shuffle", maximum=MAX_WINDOWS,
+                           rule="windows read so far, each a count below 2**63")
         skip = state_int(state, "skip", "Shuffle", maximum=self.buffer_size - 1,
                          rule=f"items of the window already emitted, fewer than "
                          f"buffer_size={self.buffer_size}")
@@ -118,8 +126,15 @@ def window_of(examples: int, factor: float) -> int:
     seeds, one of 5,120 (1,280 examples) 1,100-1,500, the baseline 1,100-1,200
     (``benchmarks/results/wallclock-public.md`` and ``wallclock-window.md``).
 
+    The window is at most :data:`MAX_WINDOW` items: the buffer is filled before its first
+    item comes out and holds every item, so ``factor=1e9`` would otherwise wait for
+    10**12 items. Beyond it a window holds fewer than ``examples`` examples; pass a
+    ``buffer_size`` for a larger one.
+
     Example:
         >>> window_of(1000, 1.0), window_of(1000, 2.5), window_of(1280, 4.0)
         (1000, 2500, 5120)
+        >>> window_of(1000, 1e9) == MAX_WINDOW
+        True
     """
-    return max(1, math.ceil(examples * factor))
+    return max(1, min(MAX_WINDOW, math.ceil(examples * factor)))

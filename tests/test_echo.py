@@ -238,3 +238,13 @@ def test_an_adaptive_factor_is_refused_naming_the_adaptive_stage(factor):
     with pytest.raises(TypeError, match=r"factor must be a fixed number here, got .*; for "
                                         r"adaptive echoing use dataecho.AdaptiveEcho"):
         Echo([1, 2], factor)
+
+
+def test_a_consumed_count_no_skip_can_reach_is_refused_before_reading():
+    stage = Echo([1, 2, 3], 2)
+    state = stage.state_dict()
+    state["upstream"]["consumed"] = 10**30
+    with pytest.raises(ValueError, match=r"state of IterableSource has consumed=10{30}, but it "
+                                         r"must be an int in \[0, \d+\] \(items of the iterable "
+                                         r"read so far, which a restore skips"):
+        Echo([1, 2, 3], 2).load_state_dict(state)

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from dataecho import Echo, Map, Source
 from helpers.checkpoint import assert_restores_everywhere
@@ -47,3 +48,12 @@ def test_restore_at_every_step_reproduces_the_augmentations():
 
 def test_repr_names_the_function():
     assert repr(Map([1], flip, seed=3)) == "Map(<list>, fn=flip, seed=3, random=True)"
+
+
+def test_a_position_beyond_the_generators_substreams_is_refused_naming_the_rule():
+    stage = Map(Echo([1, 2], 2), noise, seed=5)
+    state = {**stage.state_dict(), "position": 2**64}
+    with pytest.raises(ValueError, match=r"state of Map has position=18446744073709551616, but "
+                                         r"it must be an int in \[0, 18446744073709551615\] "
+                                         r"\(items transformed so far; the per-item generators"):
+        Map(Echo([1, 2], 2), noise, seed=5).load_state_dict(state)

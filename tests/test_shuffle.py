@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from dataecho import Batch, Echo, Shuffle, Source
+from dataecho import Batch, Echo, Shuffle, Source, pipeline
+from dataecho.shuffle import MAX_WINDOW, window_of
 from helpers.checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 
 
@@ -85,3 +86,25 @@ def test_upstream_error_while_restoring_mid_window_still_skips_what_was_emitted(
         restored.load_state_dict(state)  # re-reading window 1 (items 4-7) hits the error
     assert restored.state_dict()["skip"] == 2
     assert list(restored) == reference[6:]
+
+
+def test_a_huge_factor_keeps_the_default_window_bounded_so_the_first_batch_comes_at_once():
+    assert window_of(1280, 1e9) == MAX_WINDOW == 2**16
+    pipe = pipeline(list(range(5)), factor=1e9, batch_size=2, collate=list)
+    assert repr(pipe).count(f"buffer_size={MAX_WINDOW}") == 1
+    assert next(pipe) == [0, 0]  # within the first window: 65,536 copies of item 0
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("window", 2**63, r"state of Shuffle has window=9223372036854775808, but it must be an "
+                      r"int in \[0, 9223372036854775807\] \(windows read so far"),
+    ("skip", 4, r"state of Shuffle has skip=4, but it must be an int in \[0, 3\] \(items of "
+                r"the window already emitted, fewer than buffer_size=4\)"),
+])
+def test_a_state_beyond_what_the_shuffle_can_reach_is_refused_naming_key_value_and_rule(
+        key, value, message):
+    stage = Shuffle(range(10), 4)
+    next(stage)
+    state = {**stage.state_dict(), key: value}
+    with pytest.raises(ValueError, match=message):
+        Shuffle(range(10), 4).load_state_dict(state)
