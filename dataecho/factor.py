@@ -26,6 +26,15 @@ DEFAULT_MAX_FACTOR = 4
 AUGMENTED_MAX_FACTOR = 8
 
 
+#: What an adaptive echo repeats: single examples (batched later) or whole items
+#: (batches, or a node's items).
+Level = Literal["examples", "items"]
+#: Recent items an adaptive echo draws its copies from, by default, per level: a few
+#: batches' worth of examples, so that a burst of fresh examples (a shard, a window)
+#: leaves each enough budget to be echoed; or 4 whole items (batches).
+AUTO_BUFFER: dict[str, int] = {"examples": 1024, "items": 4}
+
+
 @dataclass(frozen=True)
 class Auto:
     """Adaptive echoing: echo a recent item only while the next fresh one is late.
@@ -40,7 +49,8 @@ class Auto:
             augmentation, :data:`AUGMENTED_MAX_FACTOR`), 4 where copies are identical
             (after augmentation, batches; :data:`DEFAULT_MAX_FACTOR`).
         buffer_size: recent items echoes are drawn from (examples for example
-            echoing, batches for batch echoing); None: the adaptive stage's default.
+            echoing, batches for batch echoing); None: :data:`AUTO_BUFFER`'s default
+            for the level, 1,024 examples or 4 batches.
         agree: a cross-rank agreement such as
             ``dataecho.torch.distributed.RankAgreement()``, so every DDP rank takes the
             same decisions and number of steps; None for one process.
@@ -75,6 +85,10 @@ class Auto:
         if self.max_factor is not None:
             return self.max_factor
         return AUGMENTED_MAX_FACTOR if augmented else DEFAULT_MAX_FACTOR
+
+    def buffer(self, level: Level) -> int:
+        """``buffer_size``, or its default for the level (:data:`AUTO_BUFFER`)."""
+        return AUTO_BUFFER[level] if self.buffer_size is None else self.buffer_size
 
     def __repr__(self) -> str:
         args = [] if self.max_factor is None else [f"max_factor={self.max_factor}"]

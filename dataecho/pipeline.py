@@ -8,19 +8,15 @@ from typing import Any, Literal
 from . import _rng
 from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import derive_seed
-from .adaptive import make_auto
 from .batch import Batch
-from .echo import Echo
 from .factor import Auto, as_factor
 from .map import Map
 from .shuffle import Shuffle, window_of
 from .source import Source
 from .stage import Stage
+from .variants import EXAMPLE_LEVEL, VARIANTS, Variant, batched_examples, check_variant, echo_stage
 
-Variant = Literal["before_augmentation", "after_augmentation", "batch"]
-#: The values ``pipeline(echo=...)`` accepts besides None, in the paper's order of
-#: quality: example echoing before augmentation, after it, and batch echoing.
-VARIANTS: tuple[str, ...] = ("before_augmentation", "after_augmentation", "batch")
+__all__ = ["VARIANTS", "Variant", "pipeline"]
 
 
 def pipeline(
@@ -97,11 +93,9 @@ def pipeline(
         >>> sum(1 for _ in p), p.stats().fresh_examples
         (20, 100)
     """
-    if echo is not None and echo not in VARIANTS:
-        raise ValueError(
-            f"echo must be one of {', '.join(map(repr, VARIANTS))} or None, got {echo!r}; "
-            "pass echo='before_augmentation' for the paper's best variant"
-        )
+    if echo is not None:
+        check_variant(echo, hint="pass echo='before_augmentation' for the paper's best "
+                      "variant, or None for no echoing")
     check_augment(augment)
     if echo is None and factor is not None and factor != 1:
         raise ValueError(
@@ -130,7 +124,7 @@ def pipeline(
     # as the echo variants have after their echo stage.
     baseline_window = echo is None and buffer_size is not None
     if buffer_size is None:
-        example_level = echo in ("before_augmentation", "after_augmentation")
+        example_level = echo in EXAMPLE_LEVEL
         # Ten batches of distinct examples, so e copies each: window_of's reason.
         copies = 1.0 if isinstance(factor, Auto) else factor
         buffer_size = window_of(10 * (batch_size or 100), copies) if example_level else 1
@@ -152,25 +146,51 @@ def pipeline(
                        shard_index=shard_index, num_shards=num_shards,
                        drop_remainder=drop_remainder)
     if isinstance(factor, Auto):  # with a variant: echo=None refused it above
-        return make_auto(stage, echo=echo, batch_size=batch_size,  # type: ignore[arg-type]
-                         augment=augment, drop_last=drop_last, collate=collate,
-                         seed=sub(_rng.ECHO_KEY), auto=factor)
-    if echo == "before_augmentation":
-        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
+        return _adaptive(stage, factor, echo, batch_size,  # type: ignore[arg-type]
+                         augment, drop_last, collate, sub(_rng.ECHO_KEY))
+    before = echo == "before_augmentation"
+    if before:
+        stage = echo_stage(stage, factor, seed=sub(_rng.ECHO_KEY), level="examples")
     if augment is not None:
         stage = Map(stage, augment, seed=sub(_rng.AUGMENT_KEY))
     if echo == "after_augmentation":
-        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
-    example_level = echo in ("before_augmentation", "after_augmentation")
-    if (example_level or baseline_window) and buffer_size > 1:
+        stage = echo_stage(stage, factor, seed=sub(_rng.ECHO_KEY), level="examples")
+    if (echo in EXAMPLE_LEVEL or baseline_window) and buffer_size > 1:
         stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
     if batch_size is None:
         return stage
     stage = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
     if echo == "batch":
-        stage = Echo(stage, factor, seed=sub(_rng.ECHO_KEY))
+        stage = echo_stage(stage, factor, seed=sub(_rng.ECHO_KEY), level="items")
         if buffer_size > 1:
             stage = Shuffle(stage, buffer_size, seed=sub(_rng.SHUFFLE_KEY))
+    return stage
+
+
+def _adaptive(source: Stage[Any], factor: Auto, echo: Variant, batch_size: int | None,
+              augment: Callable[..., Any] | None, drop_last: bool,
+              collate: Callable[[list[Any]], Any] | None, seed: int) -> Stage[Any]:
+    """The tail of a pipeline with ``factor=Auto(...)``.
+
+    Before augmentation every copy is augmented anew (the augmentation follows the
+    echo); after it, and for batches, the copies are identical. Without ``batch_size``
+    (examples batched downstream, by a DataLoader) the echo repeats single examples.
+    """
+    echo_seed, augment_seed = derive_seed(seed, _rng.ECHO_KEY), derive_seed(seed, _rng.AUGMENT_KEY)
+    before = echo == "before_augmentation"
+    stage: Stage[Any] = source
+    if augment is not None and not before:
+        stage = Map(stage, augment, seed=augment_seed)
+    if echo == "batch":
+        stage = Batch(stage, batch_size, drop_last=drop_last, collate=collate)  # type: ignore[arg-type]
+        return echo_stage(stage, factor, seed=echo_seed, level="items")
+    if batch_size is not None:
+        return batched_examples(stage, factor, batch_size, seed=echo_seed, augmented=before,
+                                augment=augment if before else None, drop_last=drop_last,
+                                collate=collate)
+    stage = echo_stage(stage, factor, seed=echo_seed, level="examples", augmented=before)
+    if augment is not None and before:
+        stage = Map(stage, augment, seed=augment_seed)
     return stage
 
 

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dataecho tour: {args.examples} examples, factor {args.factor}, "
           f"batch size {args.batch_size}")
     for variant in (None, *VARIANTS):
-        p = pipeline(data, augment=_augment, echo=variant,  # type: ignore[arg-type]
+        p = pipeline(data, augment=_augment, echo=variant,
                      factor=args.factor if variant else 1,  # the baseline echoes nothing
                      batch_size=args.batch_size, seed=args.seed, collate=list)
         batches: list[Any] = list(p)

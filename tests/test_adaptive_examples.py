@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dataecho import Auto, Echo, Source, pipeline
-from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, SimClock, SimulatedFeed, make_auto
+from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, SimClock, SimulatedFeed
 from helpers import sim
 from helpers.threads import wait_until
 
@@ -153,20 +153,21 @@ def test_arguments_are_checked_with_a_message_naming_the_fix(kwargs, error, mess
 @pytest.mark.parametrize(("echo", "kind"), [("before_augmentation", AdaptiveExamples),
                                             ("after_augmentation", AdaptiveExamples),
                                             ("batch", AdaptiveEcho)])
-def test_make_auto_builds_each_variant(echo, kind):
-    with make_auto(range(12), echo=echo, batch_size=4, augment=lambda x: x + 100) as stage:
+def test_pipeline_with_auto_builds_each_variant(echo, kind):
+    with pipeline(range(12), echo=echo, factor=Auto(), batch_size=4,
+                  augment=lambda x: x + 100) as stage:
         assert isinstance(stage, kind)
         out = sorted({int(x) for b in stage for x in b})
     assert out == list(range(100, 112))
 
 
 @pytest.mark.parametrize("echo", ["before_augmentation", "batch"])
-def test_make_auto_takes_an_auto_value_and_its_agreement_reaches_the_stage(echo):
+def test_pipeline_takes_an_auto_value_and_its_agreement_reaches_the_stage(echo):
     def agree(ready, capacity, ended):
         return ready, capacity, ended
 
     auto = Auto(max_factor=3, buffer_size=5, agree=agree)
-    stage = make_auto(range(8), echo=echo, batch_size=2, auto=auto)
+    stage = pipeline(range(8), echo=echo, factor=auto, batch_size=2)
     assert (stage.max_factor, stage.buffer_size, stage.agree) == (3, 5, agree)
     stage.close()
 
@@ -185,14 +186,10 @@ def test_pipeline_with_an_auto_agreement_builds_a_stage_that_votes_with_it():
     assert votes  # every step was agreed through it
 
 
-def test_make_auto_refuses_an_auto_that_is_not_one():
-    with pytest.raises(TypeError, match=r"auto must be a dataecho.Auto, got 4"):
-        make_auto(range(4), echo="batch", batch_size=2, auto=4)
-
-
-def test_make_auto_rejects_unknown_variants():
-    with pytest.raises(ValueError, match=r"echo must be 'before_augmentation'.*got 'examples'"):
-        make_auto(range(4), echo="examples", batch_size=2)
+def test_pipeline_with_auto_rejects_unknown_variants():
+    with pytest.raises(ValueError, match=r"echo must be one of 'before_augmentation'.*got "
+                                         r"'examples'"):
+        pipeline(range(4), echo="examples", factor=Auto(), batch_size=2)
 
 
 def test_a_failed_augmentation_counts_no_batch_and_a_checkpoint_loses_no_example():
@@ -222,12 +219,9 @@ def test_a_failed_augmentation_counts_no_batch_and_a_checkpoint_loses_no_example
 
 
 def test_auto_caps_copies_augmented_anew_at_8_and_identical_copies_at_4():
-    from dataecho import Auto
-    from dataecho.adaptive.examples import make_auto
-
     def cap(echo, batch_size):
-        stage = make_auto(range(8), echo=echo, batch_size=batch_size,
-                          augment=lambda x, rng: x, auto=Auto())
+        stage = pipeline(range(8), echo=echo, batch_size=batch_size,
+                         augment=lambda x, rng: x, factor=Auto())
         from dataecho.stats import chain
         return next(s.max_factor for s in chain(stage) if hasattr(s, "max_factor"))
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .. import _rng
 from .._checks import check_callable, check_positive_int, check_seed, check_size, check_timeout
-from ..factor import DEFAULT_MAX_FACTOR
+from ..factor import AUTO_BUFFER, DEFAULT_MAX_FACTOR
 from ..iterable import as_stage
 from ..sizes import default_size
 from ..stage import Stage, State
@@ -23,9 +23,9 @@ T = TypeVar("T")
 
 _MAX_HORIZON = 64  # steps one plan of the echo lane decides, at most
 
-#: Recent items echoes are drawn from, by default: loaders deliver in bursts
-#: (``benchmarks/results/bursts.md``).
-DEFAULT_BUFFER = 4
+#: Recent items echoes are drawn from, by default: ``Auto``'s default for whole items
+#: (loaders deliver in bursts: ``benchmarks/results/bursts.md``).
+DEFAULT_BUFFER = AUTO_BUFFER["items"]
 
 Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in examples)
 

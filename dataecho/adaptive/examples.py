@@ -7,15 +7,12 @@ from typing import Any
 
 from .. import _rng
 from .._checks import check_bool, check_positive_int
-from .._rng import derive_seed
-from ..batch import Batch
 from ..batch import collate as default_collate
-from ..factor import DEFAULT_MAX_FACTOR, Auto
-from ..iterable import as_stage
-from ..map import Map, fn_name, takes_rng
+from ..factor import DEFAULT_MAX_FACTOR
+from ..map import fn_name, takes_rng
 from ..sizes import one_per_item
-from ..stage import Stage, State
-from .echo import DEFAULT_BUFFER, AdaptiveEcho, Copy
+from ..stage import State
+from .echo import AdaptiveEcho, Copy
 from .plan import Agreement, Feed
 
 
@@ -161,90 +158,3 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
     def _set_state(self, state: Any) -> None:
         super()._set_state(state)
         self.last_size = int(state["last_size"])
-
-
-def make_auto(
-    source: Iterable[Any],
-    *,
-    echo: str,
-    batch_size: int | None,
-    augment: Callable[..., Any] | None = None,
-    drop_last: bool = False,
-    collate: Callable[[list[Any]], Any] | None = None,
-    seed: int = 0,
-    auto: Auto | None = None,
-) -> Stage[Any]:
-    """The tail of a pipeline with ``factor=Auto(...)`` for one of the paper's variants.
-
-    - ``"before_augmentation"``: ``AdaptiveExamples(source, augment=augment)``;
-    - ``"after_augmentation"``: ``Map(augment)`` -> ``AdaptiveExamples`` (identical copies);
-    - ``"batch"``: ``Map(augment)`` -> ``Batch`` -> ``AdaptiveEcho``;
-    - ``batch_size=None`` (examples, batched downstream, e.g. by a DataLoader):
-      ``AdaptiveEcho`` of examples -> ``Map(augment)`` before augmentation (every copy
-      augmented anew), ``Map(augment)`` -> ``AdaptiveEcho`` after it.
-
-    ``auto`` (default ``Auto()``) gives the adaptive stage its ``max_factor``, its
-    ``agree`` and its ``buffer_size``: the echo buffer (examples, or batches for
-    ``"batch"``), which spreads copies apart as the post-echo shuffle does for a fixed
-    factor; None keeps each stage's default.
-
-    Example:
-        >>> stage = make_auto(range(6), echo="batch", batch_size=3, auto=Auto(max_factor=2))
-        >>> [b.tolist() for b in stage][0], stage.stats().fresh_examples
-        ([0, 1, 2], 6)
-    """
-    auto = Auto() if auto is None else auto
-    if not isinstance(auto, Auto):
-        raise TypeError(
-            f"auto must be a dataecho.Auto, got {auto!r} of type {type(auto).__name__}; "
-            "pass auto=dataecho.Auto(max_factor=4), or None for the defaults")
-    if echo not in ("before_augmentation", "after_augmentation", "batch"):
-        raise ValueError(
-            f"echo must be 'before_augmentation', 'after_augmentation' or 'batch' for "
-            f"factor='auto', got {echo!r}; pass echo='before_augmentation'")
-    if batch_size is None:
-        if echo == "batch":
-            raise ValueError(
-                "batch_size must be an int >= 1 for echo='batch' (batch echoing repeats "
-                "batches), got None; pass batch_size or use an example-level variant")
-        return _examples(source, echo, augment, auto, seed)
-    stage: Iterable[Any] = source
-    if echo != "before_augmentation" and augment is not None:
-        stage = Map(stage, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
-    if echo == "batch":
-        batches = Batch(stage, batch_size, drop_last=drop_last, collate=collate)
-        return AdaptiveEcho(batches, max_factor=auto.cap(augmented=False),
-                            seed=derive_seed(seed, _rng.ECHO_KEY),
-                            buffer_size=auto.buffer_size or DEFAULT_BUFFER, agree=auto.agree)
-    return AdaptiveExamples(stage, batch_size,
-                            max_factor=auto.cap(augmented=echo == "before_augmentation"),
-                            drop_last=drop_last, collate=collate,
-                            seed=derive_seed(seed, _rng.ECHO_KEY),
-                            buffer_size=auto.buffer_size, agree=auto.agree,
-                            augment=augment if echo == "before_augmentation" else None)
-
-
-#: Recent examples echoes are drawn from, and examples read ahead, for adaptive example
-#: echoing without batches (in DataLoader workers): a few batches' worth, so that a
-#: burst of fresh examples (a shard, a window) leaves each enough budget to be echoed.
-EXAMPLE_BUFFER, EXAMPLE_PREFETCH = 1024, 64
-
-
-def _examples(source: Iterable[Any], echo: str, augment: Callable[..., Any] | None,
-              auto: Auto, seed: int) -> Stage[Any]:
-    def adaptive(upstream: Iterable[Any]) -> Stage[Any]:
-        buffer = auto.buffer_size or EXAMPLE_BUFFER
-        # Copies at least half a buffer apart: far slower upstreams leave budget to the
-        # newest examples only, whose copies would otherwise fill one batch.
-        return AdaptiveEcho(upstream, max_factor=auto.cap(echo == "before_augmentation"),
-                            agree=auto.agree,
-                            buffer_size=buffer, min_gap=buffer // 2,
-                            prefetch=EXAMPLE_PREFETCH, seed=derive_seed(seed, _rng.ECHO_KEY),
-                            size=one_per_item)
-    def augmented(upstream: Iterable[Any]) -> Iterable[Any]:
-        if augment is None:
-            return upstream
-        return Map(upstream, augment, seed=derive_seed(seed, _rng.AUGMENT_KEY))
-    if echo == "before_augmentation":  # every copy augmented anew
-        return as_stage(augmented(adaptive(source)))
-    return adaptive(augmented(source))

@@ -16,7 +16,7 @@ from ..experiments.text import md_table
 from ..pipeline import VARIANTS
 from .grid import BASELINE
 
-ORDER = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(VARIANTS)}}
+ORDER: dict[str, int] = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(VARIANTS)}}
 
 
 def interpolated_time(run: dict[str, Any]) -> float | None:
@@ -246,7 +246,8 @@ def plot(groups: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    variants = [v for v in VARIANTS if any(g["variant"] == v for g in groups)] or [BASELINE]
+    variants: list[str] = [v for v in VARIANTS if any(g["variant"] == v for g in groups)]
+    variants = variants or [BASELINE]
     fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 4), sharey=True,
                              squeeze=False)
     for ax, variant in zip(axes[0], variants, strict=True):

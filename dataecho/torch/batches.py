@@ -10,14 +10,14 @@ from typing import Any
 
 from .._checks import check_bool, check_reiterable, check_seed, check_size
 from .._rng import derive_seed
-from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
-from ..echo import Echo, total_copies
+from ..echo import total_copies
 from ..factor import Auto, as_factor
 from ..iterable import as_stage
 from ..loop import Epochs
 from ..sizes import batch_size_of
 from ..stage import Stage, State
 from ..stats import EchoStats
+from ..variants import echo_stage
 from .inplace import Seen, clone
 
 
@@ -160,7 +160,8 @@ class EchoBatches:
         # are adjacent), the echo buffer's with Auto (it draws from its latest items);
         # none with factor 1, where no batch comes again.
         watch = self.check_inplace and (isinstance(self.factor, Auto) or self.factor > 1.0)
-        seen = Seen(_echo_buffer(self.factor) if auto else 1, self.clone) if watch else None
+        seen = (Seen(self.factor.buffer("items") if isinstance(self.factor, Auto) else 1,
+                    self.clone) if watch else None)
         cloning = self.clone
         try:
             for batch in echo:
@@ -212,17 +213,8 @@ class EchoBatches:
 
 def _make_echo(loader: Iterable[Any], factor: float | Auto, seed: int,
                size: Callable[[Any], int], epoch: int) -> Stage[Any]:
-    upstream, epoch_seed = as_stage(loader), derive_seed(seed, epoch)
-    if isinstance(factor, Auto):
-        return AdaptiveEcho(upstream, max_factor=factor.cap(augmented=False), seed=epoch_seed,
-                            size=size, agree=factor.agree, buffer_size=_echo_buffer(factor))
-    return Echo(upstream, factor, seed=epoch_seed, size=size)
-
-
-def _echo_buffer(factor: float | Auto) -> int:
-    if isinstance(factor, Auto) and factor.buffer_size is not None:
-        return factor.buffer_size
-    return DEFAULT_BUFFER
+    return echo_stage(as_stage(loader), factor, seed=derive_seed(seed, epoch), level="items",
+                      size=size)
 
 
 class _EpochHook:

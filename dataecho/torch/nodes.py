@@ -10,8 +10,6 @@ from torchdata.nodes import BaseNode
 from .. import _rng
 from .._checks import check_positive_int, check_seed, check_size
 from .._rng import derive_seed
-from ..adaptive import DEFAULT_BUFFER, AdaptiveEcho
-from ..echo import Echo
 from ..factor import Auto, as_factor
 from ..iterable import NodeSource, is_node
 from ..loop import Epochs
@@ -19,6 +17,7 @@ from ..shuffle import Shuffle
 from ..sizes import one_per_item
 from ..stage import Stage, State
 from ..stats import EchoStats
+from ..variants import echo_stage
 
 T = TypeVar("T")
 
@@ -103,19 +102,11 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
 
     def _build(self, epoch: int) -> Stage[T]:
         seed = derive_seed(self.seed, epoch)
-        upstream: NodeSource[T] = NodeSource(self.source)
-        echo: Stage[T]
-        if isinstance(self.factor, Auto):
-            # AdaptiveEcho's own default measures items as batches; a node's items
-            # count 1 each unless size says otherwise, as with a fixed factor.
-            buffer = self.factor.buffer_size
-            echo = AdaptiveEcho(upstream, max_factor=self.factor.cap(augmented=False),
-                                agree=self.factor.agree, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
-                                size=self.size or one_per_item,
-                                buffer_size=DEFAULT_BUFFER if buffer is None else buffer)
-        else:
-            echo = Echo(upstream, self.factor, seed=derive_seed(seed, _rng.NODE_ECHO_KEY),
-                        size=self.size)
+        # AdaptiveEcho's own default measures items as batches; a node's items count 1
+        # each unless size says otherwise, as with a fixed factor.
+        size = self.size or one_per_item if isinstance(self.factor, Auto) else self.size
+        echo: Stage[T] = echo_stage(NodeSource(self.source), self.factor, level="items",
+                                    seed=derive_seed(seed, _rng.NODE_ECHO_KEY), size=size)
         if self.buffer_size is None:
             return echo
         return Shuffle(echo, self.buffer_size, seed=derive_seed(seed, _rng.NODE_SHUFFLE_KEY))
