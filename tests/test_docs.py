@@ -130,7 +130,8 @@ def run_chain(chain: list[Block], cwd: pathlib.Path) -> Run:
     """Runs the chain once per test session, as a script, from ``cwd``."""
     key = (chain[0].path, chain[0].line)
     if key not in _RUNS:
-        script = cwd / (chain[0].path.name + ".py")
+        # A module name: spawn and forkserver workers import the script by its path.
+        script = cwd / (re.sub(r"\W", "_", chain[0].path.stem) + "_md.py")
         script.write_text(script_of(chain))
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
                "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
