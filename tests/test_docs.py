@@ -28,6 +28,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TIMEOUT_S = 60
+WIDTH = 88  # characters of a code line
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->")
 CONTINUES = re.compile(r"<!--\s*continues\s*-->")
@@ -186,6 +187,13 @@ def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: 
         printed = _lines(run.outputs.get(block.line, ""))
         assert printed == _lines(block.output), (
             f"{block.name}: the block printed other than its page says")
+
+
+def test_python_blocks_fit_the_page_without_clipping():
+    # The site shows about 95 characters of code; excerpts are verbatim, at ruff's width.
+    wide = [f"{b.path.relative_to(ROOT)}:{b.line + k}" for b in ALL if not b.excerpt
+            for k, line in enumerate(b.code.splitlines(), 1) if len(line) > WIDTH]
+    assert wide == [], f"python lines over {WIDTH} characters: wrap them"
 
 
 def test_the_docs_hold_python_blocks_and_every_skip_says_why():
