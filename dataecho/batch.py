@@ -111,6 +111,8 @@ class Batch(Stage[Any]):
 
     upstream: Stage[Any]
 
+    VERSION = 2  # 2: the state holds "dropped"
+
     def __init__(
         self,
         upstream: Iterable[Any],
@@ -171,9 +173,7 @@ class Batch(Stage[Any]):
         last_size = state_int(state, "last_size", "Batch", maximum=self.batch_size,
                               rule=f"examples in the latest batch, at most "
                               f"batch_size={self.batch_size}")
-        # Checkpoints from before the counter existed were taken with nothing dropped
-        # unless the stream had ended.
-        dropped = state_int({"dropped": 0, **state}, "dropped", "Batch",
+        dropped = state_int(state, "dropped", "Batch",
                             rule="examples of partial batches dropped")
         self.upstream.load_state_dict(upstream)
         self.batches, self.examples, self.last_size, self.dropped = (

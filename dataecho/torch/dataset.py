@@ -21,7 +21,7 @@ from ..stage import Stage, State
 from ..stats import EchoStats
 from .accelerated import split_of
 from .sharding import check_rank, resolve_rank, shard_of
-from .tally import Tally, upgrade_state
+from .tally import Tally
 from .workers import EpochCounter, SharedCounts
 
 Sharding = Literal["stream", "dataecho"]
@@ -361,15 +361,11 @@ class EchoDataset(IterableDataset[Any]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration resume the checkpointed epoch where it stopped.
 
-        Also reads the states earlier versions wrote (``{"epoch", "pipeline",
-        "totals"}``).
-
         Raises:
             TypeError: ``state`` is not a dict.
             ValueError: a key is missing or a value is malformed.
         """
-        loaded, totals = upgrade_state(state)
-        self._loop.load_state_dict(loaded, "EchoDataset")
+        self._loop.load_state_dict(state, "EchoDataset")
         self._failed = None
         # Loaded in a worker (a StatefulDataLoader's restore), the state is that worker's
         # own; loaded here, the copies of every later iteration hold it (see __iter__).
@@ -377,10 +373,8 @@ class EchoDataset(IterableDataset[Any]):
         if get_worker_info() is None:
             # The training process carries the totals; a StatefulDataLoader's restored
             # workers count from the restore on.
-            if totals is None:
-                counts = self._loop.stats()
-                totals = (counts.fresh_examples, counts.emitted_examples)
-            self._counts.reset(*totals)
+            counts = self._loop.stats()
+            self._counts.reset(counts.fresh_examples, counts.emitted_examples)
 
     def stats(self) -> EchoStats:
         """Fresh and emitted examples over all workers of this process, all epochs.

@@ -1,18 +1,16 @@
-"""What an ``EchoDataset`` worker hands over, counted; and its older checkpoints.
+"""What an ``EchoDataset`` worker hands over, counted.
 
 :class:`Tally` is the stage an ``EchoDataset``'s epoch loop builds for each epoch: the
 worker's pipeline, counted as the DataLoader receives it, cheaply enough to publish
-after every example. :func:`upgrade_state` reads a state written by earlier dataecho
-versions (``{"epoch", "pipeline", "totals"}``) into the loop's format.
+after every example.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from .._checks import state_bool, state_int, state_mapping, state_value
-from ..loop import ENDED
+from .._checks import state_int, state_mapping
 from ..stage import Stage, State
 from ..stats import EchoStats, chain
 
@@ -78,60 +76,3 @@ class Tally(Stage[Any]):
 
     def __repr__(self) -> str:
         return repr(self.upstream)
-
-
-def upgrade_state(state: Any) -> tuple[Any, tuple[int, int] | None]:
-    """A state in the epoch loop's format, and the totals an older one carried.
-
-    States written by earlier versions, ``{"epoch", "pipeline", "totals"}`` (the
-    position: None, ``"ended"``, a pipeline's state, or the state of the stage that
-    wrapped it, ``Counted``), come back in the format of ``dataecho.loop.Epochs``
-    with no counts of their own, and with their ``totals`` (fresh, emitted) over all
-    workers; the counters in a pipeline's state count again once it is restored, so
-    only the totals are exact. Any other value comes back as it is, with None.
-
-    Example:
-        >>> new, totals = upgrade_state({"epoch": 2, "pipeline": "ended", "totals": [4, 8]})
-        >>> new["epoch"], new["stage"], totals
-        (2, 'ended', (4, 8))
-    """
-    if not isinstance(state, Mapping) or any(k in state for k in ("stage", "done", "counts")):
-        return state, None
-    if "epoch" not in state:
-        raise ValueError(
-            f"state lacks the key 'epoch' that EchoDataset.state_dict() writes (it has "
-            f"{', '.join(map(str, state)) or 'none'}): it was saved by another object; "
-            "pass the dict saved from this dataset's checkpoint")
-    epoch = state_int(state, "epoch", "EchoDataset", rule="the epoch to resume")
-    position = state.get("pipeline")
-    if isinstance(position, Mapping) and position.get("stage") == "Counted":
-        position = _counted_position(position)
-    if not (position is None or position == ENDED or isinstance(position, Mapping)):
-        raise ValueError(
-            f"state of EchoDataset has pipeline={position!r}, but it must be None (the "
-            f"epoch's start), {ENDED!r} (after its end) or a pipeline's state dict: the "
-            "checkpoint is damaged; pass the dict saved from this dataset's checkpoint")
-    totals = state_value({"totals": (0, 0), **state}, "totals", "EchoDataset")
-    if not isinstance(totals, Sequence) or isinstance(totals, str) or len(totals) != 2:
-        raise ValueError(
-            f"state of EchoDataset has totals={totals!r}, but it must be a list "
-            "[fresh_examples, emitted_examples]: the checkpoint is damaged; pass the "
-            "dict saved from this dataset's checkpoint")
-    named = {"totals[0]": totals[0], "totals[1]": totals[1]}
-    fresh = state_int(named, "totals[0]", "EchoDataset", rule="fresh examples")
-    emitted = state_int(named, "totals[1]", "EchoDataset", rule="emitted examples")
-    stage: object = position
-    if isinstance(position, Mapping):
-        stage = {"stage": "Tally", "version": Tally.VERSION, "config": {},
-                 "upstream": dict(position), "yields": 0}
-    zero = {"fresh_examples": 0, "emitted_examples": 0, "fresh_items": 0,
-            "emitted_items": 0, "batches": None}
-    return {"epoch": epoch, "done": zero, "stage": stage, "counts": dict(zero)}, (fresh, emitted)
-
-
-def _counted_position(state: Mapping[str, Any]) -> Mapping[str, Any] | str:
-    """The position in the state of ``Counted``, the stage that wrapped a pipeline."""
-    state = {"ended": False, "epoch": 0, **state}  # keys older versions did not write
-    ended = state_bool(state, "ended", "Counted")
-    state_int(state, "epoch", "Counted", rule="the epoch the worker read")
-    return ENDED if ended else state_mapping(state, "upstream", "Counted")
