@@ -2,8 +2,8 @@
 
 Usage: python benchmarks/figures.py [--out docs/figures]
 
-Reads benchmarks/results/wallclock-dec2026.jsonl (the 63-run grid the results page
-leads with) and writes two PNGs:
+Reads benchmarks/results/wallclock-dec2026.jsonl (the 63-run grid the wall-clock page
+leads with) and reports/full/results.jsonl (the reproduction's full protocol), and writes:
 
 - ``accuracy-vs-time.png``: test accuracy against training seconds for one seed at
   the `R` set to 6: no echoing, example echoing before augmentation at e = 2, 4, 6,
@@ -11,6 +11,8 @@ leads with) and writes two PNGs:
 - ``speedup-vs-r.png``: speedup to the target against the measured `R` before
   augmentation, one line per factor, and the three variants side by side at the
   largest `R` (mean over seeds, min-max bars).
+- ``fresh-vs-factor.png``: the reproduction's Fig. 5 on Fashion-MNIST, fresh examples
+  to the target against the echo factor per variant, as ``dataecho report`` draws it.
 
 Nothing is run or measured here; the figures change only when the results do. Agg
 backend, no timestamps in the files, so reruns write the same bytes.
@@ -34,6 +36,7 @@ from dataecho.pipeline import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "benchmarks" / "results" / "wallclock-dec2026.jsonl"
+REPRODUCTION = ROOT / "reports" / "full" / "results.jsonl"
 TITLES = {"before_augmentation": "example echoing before augmentation",
           "after_augmentation": "example echoing after augmentation",
           "batch": "batch echoing"}
@@ -138,6 +141,19 @@ def _spread(groups: list[dict[str, Any]]) -> list[list[float]]:
             [g["speedup_max"] - g["speedup_mean"] for g in groups]]
 
 
+def fresh_vs_factor(path: Path, store: Path = REPRODUCTION) -> Path:
+    """The reproduction's Fig. 5 for Fashion-MNIST, from its committed store."""
+    from dataecho.experiments.analysis import collect
+    from dataecho.experiments.figures import fig5_factor
+    from dataecho.experiments.report import current
+    from dataecho.experiments.store import Store
+
+    records = Store(store).index().values()
+    trials, _ = current(r for r in records if r.get("kind") == "trial")
+    workload = next(r["config"]["workload"] for r in trials if r["workload"] == "fmnist")
+    return fig5_factor(collect(trials)["fmnist"], workload, path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "figures",
@@ -146,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs = load_runs()
     for path in (accuracy_vs_time(runs, args.out / "accuracy-vs-time.png"),
-                 speedup_vs_r(runs, args.out / "speedup-vs-r.png")):
+                 speedup_vs_r(runs, args.out / "speedup-vs-r.png"),
+                 fresh_vs_factor(args.out / "fresh-vs-factor.png")):
         print(path)
     return 0
 
