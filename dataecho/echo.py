@@ -14,6 +14,7 @@ from ._checks import (
     check_factor,
     check_positive_int,
     check_seed,
+    check_shard,
     check_size,
     state_int,
     state_mapping,
@@ -50,6 +51,11 @@ class Echo(Stage[T]):
         size: examples in an item, for accounting. By default 1, or the batch's size
             when a ``Batch`` is upstream (measured by :func:`dataecho.sizes.batch_len`
             when a stage between reads ahead); pass it for other batch layouts.
+        shard: ``(index, count)`` when the upstream is one of ``count`` readers that
+            share a stream round-robin (items ``index, index + count, ...``, as Grain's
+            ``mp_prefetch`` workers read): the ``k``-th item read draws its copies as item
+            ``index + k * count`` of the whole stream, so the copies do not depend on how
+            many readers there are.
 
     Example:
         >>> list(Echo(["a", "b"], factor=3))
@@ -67,8 +73,10 @@ class Echo(Stage[T]):
         *,
         seed: int = 0,
         size: Callable[[T], int] | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         size = check_size(size)
+        self._first, self._step = check_shard(*shard)
         self.upstream = as_stage(upstream)
         self.factor = fixed_factor(
             factor, adaptive="dataecho.AdaptiveEcho(upstream, max_factor=...), or "
@@ -97,7 +105,7 @@ class Echo(Stage[T]):
             return self._item  # type: ignore[no-any-return]
         if self._owed:
             return self._reread()
-        n = self._copies(self._fresh) if self._frac else self._base
+        n = self.copies(self._fresh) if self._frac else self._base
         # The upstream state before the read is needed only while copies are pending.
         if n > 1:
             self._before = self.upstream._snapshot()
@@ -128,12 +136,18 @@ class Echo(Stage[T]):
         self._item, self._left, self._owed = item, self._owed - 1, 0
         return item  # type: ignore[no-any-return]
 
-    def _copies(self, index: int) -> int:
+    def copies(self, index: int) -> int:
+        """Copies this stage makes of the item it reads ``index``-th (from 0).
+
+        Example:
+            >>> [Echo([], factor=1.5, seed=1).copies(k) for k in range(4)]
+            [2, 2, 2, 1]
+        """
         if not self._frac:
             return self._base
-        block, offset = divmod(index, _BLOCK)
+        block, offset = divmod(self._first + index * self._step, _BLOCK)
         if block != self._block_id:
-            self._block = _copies_block(self._base, self._frac, self.seed, block).tolist()
+            self._block = _copies_block(self.factor, self.seed, block).tolist()
             self._block_id = block
         return self._block[offset]
 
@@ -163,7 +177,8 @@ class Echo(Stage[T]):
         return self._left > 0
 
     def _config(self) -> dict[str, Any]:
-        return {"factor": self.factor, "seed": self.seed}
+        shard = {"shard": [self._first, self._step]} if self._step > 1 else {}
+        return {"factor": self.factor, "seed": self.seed, **shard}
 
     def _snapshot(self) -> Any:
         left = self._left + self._owed
@@ -199,9 +214,21 @@ class Echo(Stage[T]):
         self._before = self.upstream._snapshot() if self._owed else None
 
 
-def _copies_block(base: int, frac: float, seed: int, block: int) -> np.ndarray:
-    u = _rng.rng(seed, _rng.ECHO, block).random(_BLOCK)
-    return base + (u < frac).astype(np.int64)
+def copies_for(factor: float, u: np.ndarray) -> np.ndarray:
+    """Copies for uniform draws ``u`` in [0, 1): the rule of every fractional draw.
+
+    ``floor(factor)`` copies, plus one where ``u < factor - floor(factor)``.
+
+    Example:
+        >>> copies_for(2.25, np.array([0.1, 0.5])).tolist()
+        [3, 2]
+    """
+    base = math.floor(factor)
+    return base + (u < factor - base).astype(np.int64)
+
+
+def _copies_block(factor: float, seed: int, block: int) -> np.ndarray:
+    return copies_for(factor, _rng.rng(seed, _rng.ECHO, block).random(_BLOCK))
 
 
 def total_copies(factor: float, seed: int, n: int) -> int:
@@ -217,13 +244,12 @@ def total_copies(factor: float, seed: int, n: int) -> int:
     factor = check_factor(factor)
     seed = check_seed(seed)
     n = check_positive_int(n, "n", minimum=0)
-    base, frac = math.floor(factor), factor - math.floor(factor)
-    if not frac:
-        return base * n
+    if factor == math.floor(factor):
+        return int(factor) * n
     full, rest = divmod(n, _BLOCK)
-    total = sum(int(_copies_block(base, frac, seed, b).sum()) for b in range(full))
+    total = sum(int(_copies_block(factor, seed, b).sum()) for b in range(full))
     if rest:
-        total += int(_copies_block(base, frac, seed, full)[:rest].sum())
+        total += int(_copies_block(factor, seed, full)[:rest].sum())
     return total
 
 
@@ -240,17 +266,16 @@ def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:
     """
     factor = check_factor(factor)
     seed = check_seed(seed)
-    base, frac = math.floor(factor), factor - math.floor(factor)
     indices = np.asarray(indices)
     if not np.issubdtype(indices.dtype, np.integer) or (indices.size and indices.min() < 0):
         raise ValueError(
             f"indices must be non-negative integers (item positions), got dtype "
             f"{indices.dtype} with minimum {indices.min() if indices.size else None}; "
             "pass row numbers such as ray.data.range's 'id'")
-    out = np.full(indices.shape, base, dtype=np.int64)
-    if frac:
+    out = np.full(indices.shape, math.floor(factor), dtype=np.int64)
+    if factor != math.floor(factor):
         blocks, offsets = np.divmod(indices.astype(np.int64), _BLOCK)
         for block in np.unique(blocks).tolist():
             mask = blocks == block
-            out[mask] = _copies_block(base, frac, seed, block)[offsets[mask]]
+            out[mask] = _copies_block(factor, seed, block)[offsets[mask]]
     return out

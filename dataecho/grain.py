@@ -24,22 +24,17 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import grain
-import numpy as np
 
-from ._checks import check_seed
-from .echo import copies_at
+from ._checks import check_seed, state_int, state_mapping, state_value
+from .echo import Echo
 from .factor import fixed_factor
+from .stage import Stage, State
 from .stats import EchoStats
 
 T = TypeVar("T")
 
-# Fractional draws are looked up 1024 stream positions at a time: one numpy call per
-# element would cost ~1 µs, a block ~20 ns per element.
-_BLOCK = 1024
-
-# The keys of the echo iterator's state that stats() recognises in a nested pipeline
-# state: Grain's flat-map keys plus the two counters.
-_COUNT_KEYS = ("next_index_in_buffer", "fresh_items", "emitted_items")
+#: The ``"stage"`` of an echo iterator's state: how :func:`stats` tells it apart.
+NAME = "EchoIterDataset"
 
 
 class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
@@ -52,13 +47,14 @@ class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
     the paper found improves training, and checkpoints exactly too.
 
     A fractional ``factor`` gives ``floor(factor)`` copies plus one more with
-    probability ``factor - floor(factor)``, drawn as ``dataecho.Echo`` draws them
-    (:func:`dataecho.echo.copies_at`) at the element's key ``i = w + k * W``: ``k`` is
-    the element's position in this iterator's stream, ``w`` and ``W`` the worker index
-    and count under ``mp_prefetch`` (0 and 1 without). A worker reads the elements
-    ``w, w + W, ...`` of the stream before ``mp_prefetch``, so without a ``filter``
-    before the echo ``i`` is the element's position in that stream and the copies are
-    the same for any number of workers; with one the draws are still deterministic.
+    probability ``factor - floor(factor)``: the echo is a ``dataecho.Echo`` with
+    ``shard=(w, W)``, so the element at position ``k`` of this iterator's stream draws
+    the copies of item ``i = w + k * W`` (:func:`dataecho.echo.copies_at`), ``w`` and
+    ``W`` being the worker index and count under ``mp_prefetch`` (0 and 1 without). A
+    worker reads the elements ``w, w + W, ...`` of the stream before ``mp_prefetch``,
+    so without a ``filter`` before the echo ``i`` is the element's position in that
+    stream and the copies are the same for any number of workers; with one the draws
+    are still deterministic.
     Per-host sharding (``ds[host::hosts]`` or ``grain.sharding.ShardOptions``) belongs
     before the echo, so each host echoes its own examples; with the same ``seed`` and
     equal shard lengths every host emits the same number of elements (same draws at
@@ -110,11 +106,14 @@ class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
 class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
     """The iterator of :class:`EchoIterDataset`; ``stats()`` gives its counts.
 
-    Its state is ``{"parent": ..., "next_index_in_buffer": k, "fresh_items": ...,
-    "emitted_items": ...}``: the parent's state from before the element in progress
-    and the ``k`` copies of it already emitted (``k = 0`` and the parent's current
-    state between elements), plus the counts, so they are exact after a restore.
-    Restoring reads no data: the next ``next()`` re-reads the element in progress.
+    The echo is a :class:`dataecho.Echo` over the parent iterator. Its state is Grain's
+    flat-map shape: ``{"stage": "EchoIterDataset", "config": {"factor": ..., "seed":
+    ...}, "parent": ..., "next_index_in_buffer": k, "fresh_items": ..., "emitted_items":
+    ...}``, the parent's state from before the element in progress and the ``k``
+    copies of it already emitted (``k = 0`` and the parent's current state between
+    elements), plus the counts, so they are exact after a restore. Restoring reads no
+    data: the next ``next()`` re-reads the element in progress. A state taken with
+    another factor or seed, or with counts this echo cannot reach, is refused.
 
     Example:
         >>> it = iter(grain.MapDataset.range(2).to_iter_dataset()
@@ -128,72 +127,53 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
     def __init__(self, parent: grain.DatasetIterator[T], factor: float, seed: int) -> None:
         super().__init__(parent)
         self._factor, self._seed = factor, seed
-        self._base = math.floor(factor)
-        self._frac = factor - self._base
-        self._worker: tuple[int, int] | None = None  # (index, count), read at first use
-        self._block_id = -1
-        self._block: list[int] = []
-        self._item: Any = None
-        self._before: Any = None  # parent state before the element in progress
-        self._done = 0  # copies of it emitted
-        self._left = 0  # copies of it still to emit
-        self._reread = False  # a restore left the element to be read again
-        self._fresh = self._emitted = 0
+        self._config: dict[str, Any] = {"factor": factor, "seed": seed}
+        self._echo: Echo[T] | None = None  # built at first use, when the worker is known
+
+    def _stage(self) -> Echo[T]:
+        if self._echo is None:
+            # Set by mp_prefetch on the pipeline's shared context before the first next();
+            # Grain's own random_map keys its seeds by the same two numbers.
+            mp = getattr(getattr(self, "_ctx", None), "mp_context", None)
+            shard = (int(getattr(mp, "process_index", 0)), int(getattr(mp, "process_count", 1)))
+            self._echo = Echo(_Parent(self._parent), self._factor, seed=self._seed,
+                              shard=shard)
+        return self._echo
 
     def __next__(self) -> T:
-        if self._left:
-            if self._reread:
-                self._item, self._reread = next(self._parent), False
-            self._left -= 1
-            self._done += 1
-            self._emitted += 1
-            return self._item  # type: ignore[no-any-return]
-        n = self._copies(self._fresh)
-        # The state before the read is needed only while copies are pending (it is
-        # not free: it walks the whole parent pipeline).
-        before = self._parent.get_state() if n > 1 else None
-        item = next(self._parent)
-        self._item, self._before = item, before
-        self._done, self._left = 1, n - 1
-        self._fresh += 1
-        self._emitted += 1
-        return item  # type: ignore[no-any-return]
-
-    def _copies(self, position: int) -> int:
-        if not self._frac:
-            return self._base
-        block, offset = divmod(position, _BLOCK)
-        if block != self._block_id:
-            if self._worker is None:
-                # Set by mp_prefetch on the pipeline's shared context before the first
-                # next(); Grain's own random_map keys its seeds by the same two numbers.
-                mp = getattr(getattr(self, "_ctx", None), "mp_context", None)
-                self._worker = (int(getattr(mp, "process_index", 0)),
-                                int(getattr(mp, "process_count", 1)))
-            index, count = self._worker
-            positions = np.arange(block * _BLOCK, (block + 1) * _BLOCK, dtype=np.int64)
-            self._block = copies_at(self._factor, self._seed, index + positions * count).tolist()
-            self._block_id = block
-        return self._block[offset]
+        return next(self._echo or self._stage())
 
     def get_state(self) -> dict[str, Any]:
-        pending = self._left > 0
-        return {"parent": self._before if pending else self._parent.get_state(),
-                "next_index_in_buffer": self._done if pending else 0,
-                "fresh_items": self._fresh, "emitted_items": self._emitted}
+        echo = self._stage()
+        state = echo.state_dict()
+        fresh, left = state["fresh"], state["left"]
+        return {"stage": NAME, "config": self._config, "parent": state["upstream"]["state"],
+                "next_index_in_buffer": echo.copies(fresh - 1) - left if left else 0,
+                "fresh_items": fresh, "emitted_items": state["planned"] - left}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        self._parent.set_state(state["parent"])
-        self._fresh, self._emitted = int(state["fresh_items"]), int(state["emitted_items"])
-        done = int(state["next_index_in_buffer"])
-        self._item = None
-        if done:
-            # The element in progress is the one read at position fresh - 1.
-            self._before, self._done = state["parent"], done
-            self._left = self._copies(self._fresh - 1) - done
-            self._reread = True
-        else:
-            self._before, self._done, self._left, self._reread = None, 0, 0, False
+        if state_value(state, "config", NAME) != self._config:
+            raise ValueError(
+                f"state of {NAME} was taken with {state['config']!r}, but this one has "
+                f"{self._config}: the pipeline differs from the one checkpointed; rebuild "
+                "it with the saved factor and seed")
+        parent = state_mapping(state, "parent", NAME)
+        fresh = state_int(state, "fresh_items", NAME, rule="elements read from the parent")
+        echo = self._stage()
+        n = echo.copies(fresh - 1) if fresh else 1
+        done = state_int(state, "next_index_in_buffer", NAME, maximum=n - 1,
+                         rule=f"copies already emitted of the element in progress, fewer "
+                         f"than the {n} it gets")
+        whole = fresh - (done > 0)  # elements whose copies were all emitted
+        low, high = whole * math.floor(echo.factor) + done, whole * math.ceil(echo.factor) + done
+        emitted = state_int(state, "emitted_items", NAME, minimum=low, maximum=high,
+                            rule=f"copies emitted of {fresh} elements at factor {echo.factor}")
+        left = n - done if done else 0
+        base = echo.state_dict()
+        echo.load_state_dict({
+            **base, "upstream": {**base["upstream"], "state": parent}, "left": left,
+            "size": 1, "fresh": fresh, "fresh_examples": fresh, "planned": emitted + left,
+            "planned_examples": emitted + left})
 
     def stats(self) -> EchoStats:
         """Elements read from the parent and emitted so far (each counts as one example).
@@ -204,10 +184,33 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
             >>> _ = list(it); str(it.stats())
             'fresh 4 examples, emitted 8 (factor 2.000)'
         """
-        return EchoStats(self._fresh, self._emitted, self._fresh, self._emitted, None)
+        _, _, fresh, emitted = self._stage().echo_counts()
+        return EchoStats.of_examples(fresh, emitted)
 
     def __str__(self) -> str:
         return f"EchoIterator(factor={self._factor:g}, seed={self._seed})"
+
+
+class _Parent(Stage[Any]):
+    """A Grain iterator under the stage protocol, so that a :class:`dataecho.Echo` wraps it."""
+
+    def __init__(self, iterator: grain.DatasetIterator[Any]) -> None:
+        self.iterator = iterator
+
+    def __next__(self) -> Any:
+        return next(self.iterator)
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+    def _snapshot(self) -> Any:
+        return self.iterator.get_state()
+
+    def _state(self, token: Any) -> State:
+        return {"state": token}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.iterator.set_state(state["state"])
 
 
 def stats(iterator: Any) -> EchoStats:
@@ -221,7 +224,9 @@ def stats(iterator: Any) -> EchoStats:
     and the training loop that checkpoints the echo's state from an earlier point (a
     window shuffle keeps it from the start of its window) reports the counts of that
     point, which lag by at most its window. With two echo stages in one chain, fresh
-    counts come from the first, emitted from the last.
+    counts come from the first, emitted from the last. The echo iterators live in the
+    worker processes, so the counts come from the states Grain hands over, where an
+    echo's state is the one whose ``"stage"`` is ``"EchoIterDataset"``.
 
     Raises:
         ValueError: the state holds no :class:`EchoIterDataset`.
@@ -237,24 +242,18 @@ def stats(iterator: Any) -> EchoStats:
     if found is None:
         raise ValueError(
             f"iterator holds no EchoIterDataset: its state {str(state)[:200]} has no "
-            f"echo counts {_COUNT_KEYS}; pass the iterator of a pipeline that includes "
+            f"echo state (stage {NAME!r}); pass the iterator of a pipeline that includes "
             ".pipe(dataecho.grain.EchoIterDataset, factor=...)")
-    return EchoStats(found[0], found[1], found[0], found[1], None)
+    return found
 
 
-def _find(node: Any) -> tuple[int, int] | None:
-    """(fresh, emitted) summed over the echo chains in a nested state, or None."""
-    if isinstance(node, Mapping):
-        if all(key in node for key in (*_COUNT_KEYS, "parent")):
-            inner = _find(node["parent"])
-            fresh = inner[0] if inner is not None else int(node["fresh_items"])
-            return fresh, int(node["emitted_items"])
-        children = list(node.values())
-    elif isinstance(node, list | tuple):
-        children = list(node)
-    else:
-        return None
+def _find(node: Any) -> EchoStats | None:
+    """The counts summed over the echo chains in a nested state, or None."""
+    if isinstance(node, Mapping) and node.get("stage") == NAME:
+        inner = _find(node["parent"])
+        fresh = inner.fresh_examples if inner is not None else node["fresh_items"]
+        return EchoStats.of_examples(int(fresh), int(node["emitted_items"]))
+    children = (node.values() if isinstance(node, Mapping)
+                else node if isinstance(node, list | tuple) else ())
     found = [f for f in map(_find, children) if f is not None]
-    if not found:
-        return None
-    return sum(f[0] for f in found), sum(f[1] for f in found)
+    return sum(found[1:], found[0]) if found else None

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_bool, check_positive_int, check_seed
+from ._checks import check_bool, check_positive_int, check_seed, state_int, state_mapping
 from ._rng import derive_seed
-from .echo import copies_at
+from .echo import copies_at, copies_for
 from .factor import fixed_factor
 from .iterable import as_stage
 from .stage import Stage, State
@@ -106,9 +106,8 @@ class EchoRows:
         keys = np.asarray(batch[key])
         if np.issubdtype(keys.dtype, np.integer):
             return copies_at(self.factor, self.seed, keys)
-        base = int(self.factor)
-        u = np.array([_unit(self.seed, k) for k in keys.tolist()], dtype=np.float64)
-        return base + (u < self.factor - base).astype(np.int64)
+        return copies_for(self.factor, np.array([_unit(self.seed, k) for k in keys.tolist()],
+                                                dtype=np.float64))
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if self.copy_column in batch:
@@ -240,9 +239,13 @@ class CountCopies(Stage[Any]):
                 f"state of CountCopies lacks the keys {', '.join(missing)} (it has "
                 f"{', '.join(map(str, state))}); pass the dict returned by "
                 "CountCopies.state_dict(), unchanged")
-        self.upstream.load_state_dict(state["upstream"])
-        self._fresh, self._emitted = int(state["fresh"]), int(state["emitted"])
-        self._batches = int(state["batches"])
+        upstream = state_mapping(state, "upstream", "CountCopies")
+        fresh = state_int(state, "fresh", "CountCopies", rule="rows read with copy number 0")
+        emitted = state_int(state, "emitted", "CountCopies", minimum=fresh,
+                            rule="rows read, at least the fresh ones")
+        batches = state_int(state, "batches", "CountCopies", rule="batches read")
+        self.upstream.load_state_dict(upstream)
+        self._fresh, self._emitted, self._batches = fresh, emitted, batches
 
 
 def _rows(batch: Mapping[str, Any]) -> int:

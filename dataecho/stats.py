@@ -44,6 +44,16 @@ class EchoStats:
     emitted_items: int
     batches: int | None
 
+    @classmethod
+    def of_examples(cls, fresh: int, emitted: int) -> EchoStats:
+        """Counts of a stage whose items are single examples: items equal examples.
+
+        Example:
+            >>> EchoStats.of_examples(10, 25) == EchoStats(10, 25, 10, 25, None)
+            True
+        """
+        return cls(fresh, emitted, fresh, emitted, None)
+
     @property
     def echoed_examples(self) -> int:
         """Emitted examples that were copies, not fresh reads."""

@@ -248,3 +248,15 @@ def test_a_consumed_count_no_skip_can_reach_is_refused_before_reading():
                                          r"must be an int in \[0, \d+\] \(items of the iterable "
                                          r"read so far, which a restore skips"):
         Echo([1, 2, 3], 2).load_state_dict(state)
+
+
+def test_a_shard_draws_the_copies_of_its_items_in_the_whole_stream():
+    from itertools import groupby
+    whole = copies_at(1.5, 2, np.arange(300))
+    for index in range(3):
+        stage = Echo(range(index, 300, 3), 1.5, seed=2, shard=(index, 3))
+        assert [len(list(g)) for _, g in groupby(stage)] == whole[index::3].tolist()
+    assert Echo([1], 2).state_dict()["config"] == {"factor": 2.0, "seed": 0}
+    assert repr(Echo([1], 2, shard=(1, 4))) == "Echo(<list>, factor=2.0, seed=0, shard=[1, 4])"
+    with pytest.raises(ValueError, match=r"shard_index must be in \[0, num_shards=2\), got 2"):
+        Echo([1], 2, shard=(2, 2))

@@ -112,7 +112,9 @@ def test_restore_mid_echo_of_batches_yields_the_remaining_copies():
 def test_state_is_the_parent_before_the_element_plus_the_copy_index():
     it = iter(grain.MapDataset.range(5).to_iter_dataset().pipe(EchoIterDataset, factor=3))
     next(it), next(it)
-    assert it.get_state() == {"parent": {"next_index": 0}, "next_index_in_buffer": 2,
+    assert it.get_state() == {"stage": "EchoIterDataset",
+                              "config": {"factor": 3.0, "seed": 0},
+                              "parent": {"next_index": 0}, "next_index_in_buffer": 2,
                               "fresh_items": 1, "emitted_items": 2}
     next(it)
     assert it.get_state()["parent"] == {"next_index": 1}
@@ -209,3 +211,44 @@ def test_stats_of_a_pipeline_without_an_echo_says_so():
     it = iter(grain.MapDataset.range(3).to_iter_dataset())
     with pytest.raises(ValueError, match="holds no EchoIterDataset"):
         stats(it)
+
+
+def _state_after(n, factor=4, seed=0):
+    it = iter(grain.MapDataset.range(5).to_iter_dataset()
+              .pipe(EchoIterDataset, factor=factor, seed=seed))
+    for _ in range(n):
+        next(it)
+    return it.get_state()
+
+
+@pytest.mark.parametrize("kwargs", [{"factor": 2}, {"factor": 4, "seed": 1}])
+def test_a_state_taken_with_another_factor_or_seed_is_refused_not_replayed(kwargs):
+    state = _state_after(4)  # three copies of 0 emitted: more than factor 2 makes
+    it = iter(grain.MapDataset.range(5).to_iter_dataset().pipe(EchoIterDataset, **kwargs))
+    with pytest.raises(ValueError, match=r"state of EchoIterDataset was taken with \{'factor': "
+                                         r"4\.0, 'seed': 0\}, but this one has .*rebuild it "
+                                         r"with the saved factor and seed"):
+        it.set_state(state)
+
+
+@pytest.mark.parametrize(("key", "value", "error", "message"), [
+    ("next_index_in_buffer", 4, ValueError,
+     r"next_index_in_buffer=4, but it must be an int in \[0, 3\] \(copies already emitted "
+     r"of the element in progress, fewer than the 4 it gets\)"),
+    ("emitted_items", 99, ValueError,
+     r"emitted_items=99, but it must be an int in \[6, 6\] \(copies emitted of 2 elements"),
+    ("fresh_items", -1, ValueError, r"fresh_items=-1, but it must be an int >= 0"),
+    ("fresh_items", "2", TypeError, r"fresh_items='2' of type str, but it must be an int"),
+    ("parent", [0], TypeError, r"parent=\[0\] of type list, but it must be a dict"),
+    ("config", None, ValueError, r"lacks the key 'config'"),
+])
+def test_a_damaged_state_is_refused_naming_the_key_the_value_and_the_rule(
+        key, value, error, message):
+    state = _state_after(6)  # 0 four times, then two copies of 1
+    if value is None:
+        del state[key]
+    else:
+        state[key] = value
+    it = iter(grain.MapDataset.range(5).to_iter_dataset().pipe(EchoIterDataset, factor=4))
+    with pytest.raises(error, match=r"state of EchoIterDataset (has )?" + message):
+        it.set_state(state)

@@ -121,6 +121,22 @@ def test_count_copies_state_without_its_counters_is_an_error_naming_them():
         CountCopies([{"echo_copy": np.array([0])}]).load_state_dict(state)
 
 
+@pytest.mark.parametrize(("key", "value", "error", "message"), [
+    ("emitted", 0, ValueError, r"emitted=0, but it must be an int >= 1 \(rows read, at least "
+                               r"the fresh ones\)"),
+    ("fresh", -1, ValueError, r"fresh=-1, but it must be an int >= 0"),
+    ("batches", "1", TypeError, r"batches='1' of type str, but it must be an int >= 0"),
+    ("upstream", 3, TypeError, r"upstream=3 of type int, but it must be a dict"),
+])
+def test_count_copies_state_out_of_range_is_refused_naming_key_value_and_rule(
+        key, value, error, message):
+    stage = CountCopies([{"echo_copy": np.array([0, 1])}] * 2)
+    next(stage)
+    state = {**stage.state_dict(), key: value}
+    with pytest.raises(error, match=r"state of CountCopies has " + message):
+        CountCopies([{"echo_copy": np.array([0, 1])}] * 2).load_state_dict(state)
+
+
 def test_count_copies_counts_fresh_rows_and_restores_everywhere():
     echo = EchoRows(2.5, key="id", seed=3)
     out = echo(rows(50))
