@@ -11,15 +11,16 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
+@dataclass(frozen=True)
 class Command:
     """A subcommand: where its ``main(argv) -> int`` lives, its extra, its help line."""
 
-    def __init__(self, target: str, extra: str | None, help_: str) -> None:
-        self.target = target  # "module:function", imported only when the command runs
-        self.extra = extra  # the pip extra with its dependencies beyond numpy, if any
-        self.help = help_
+    target: str  # "module:function", imported only when the command runs
+    extra: str | None  # the pip extra that installs what it needs beyond numpy, if any
+    help: str  # one line, for `dataecho --help`
 
 
 # Modules load lazily so that `dataecho tour` needs numpy only and `dataecho demo` pays
