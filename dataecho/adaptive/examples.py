@@ -6,40 +6,33 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_bool, check_positive_int
+from .._checks import check_augment, check_bool, check_callable, check_positive_int
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR
 from ..map import fn_name, takes_rng
 from ..sizes import one_per_item
 from ..stage import State
-from .echo import AdaptiveEcho, Copy
+from .echo import AdaptiveEcho
 from .plan import Agreement, Feed
+from .schedule import Copy
 
 
 class AdaptiveExamples(AdaptiveEcho[Any]):
     """Batches of the fresh examples that are ready, topped up with re-augmented echoes.
 
     A thread reads decoded examples ahead. Each batch takes the fresh examples that
-    are ready; the shortfall is filled with echoes drawn at random from a buffer of the
+    are ready and fills the shortfall with echoes drawn at random from the
     ``buffer_size`` most recent examples, each copy augmented anew with a generator
-    keyed by ``(seed, example's fresh index, copy number)``. Copies of one example are
-    spread across batches: an example is never drawn into the batch it arrived in,
-    nor twice into one batch, and random draws from a buffer of several batches
-    scatter its copies over them. No example is used more than ``max_factor`` times;
-    when the buffer cannot fill a batch, the consumer waits for fresh examples.
+    keyed by ``(seed, example's fresh index, copy number)``. An example is never drawn
+    into the batch it arrived in, nor twice into one batch, nor used more than
+    ``max_factor`` times; when the buffer cannot fill a batch, the consumer waits.
+    Augmentation runs in the consumer's thread, so it counts as blocked time.
 
-    Augmentation runs in the consumer's thread (after the echo, by design), so its
-    time counts as blocked time in :meth:`timing`.
-
-    Warm-up: by default 4 batches of fresh examples come before the first echo
-    (``min_fresh``): the stock of echo budget they build is what keeps copies apart
-    (about ``buffer_size / echoes per batch`` batches). End: the
-    pass ends once the upstream is exhausted and every example read has been emitted;
-    the last batch is topped up with echoes when the buffer allows, else it is partial
-    (dropped with ``drop_last``, and always under an ``agree`` so that all ranks stop
-    together).
-
-    Checkpoint, threads, errors and cross-rank agreement: as :class:`AdaptiveEcho`.
+    Warm-up: by default 4 batches of fresh examples come before the first echo, a
+    stock of echo budget that keeps copies apart. The last batch is topped up with
+    echoes when the buffer allows, else partial (dropped with ``drop_last``, and
+    always under an ``agree`` so that all ranks stop together). Checkpoint, threads,
+    errors and agreement: as :class:`AdaptiveEcho`.
 
     Args:
         upstream: decoded examples (the expensive read happens upstream).
@@ -48,10 +41,8 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         max_factor: the most uses of one example, an int >= 1.
         min_fresh: fresh examples before echoing may begin; default 4 batches (or
             ``buffer_size`` if smaller).
-        buffer_size: recent examples echoes are drawn from; default 8 batches, because
-            upstreams deliver in bursts (a shard, a file of records) and examples pushed
-            out before they spent their budget are echoes lost
-            (``benchmarks/results/bursts.md``). Memory: 8 batches of decoded examples.
+        buffer_size: recent examples echoes are drawn from; default 8 batches, as
+            upstreams deliver in bursts (``benchmarks/results/bursts.md``).
         prefetch: examples read ahead; default 2 batches.
         drop_last: drop a final partial batch.
         collate: list of examples -> batch; default :func:`dataecho.collate` (numpy).
@@ -85,17 +76,12 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        if augment is not None and not callable(augment):
-            raise TypeError(
-                f"augment must be callable as augment(example, rng) or augment(example), "
-                f"got {type(augment).__name__}; pass a function or None")
-        if collate is not None and not callable(collate):
-            raise TypeError(
-                f"collate must be callable as collate(list_of_examples), got "
-                f"{type(collate).__name__}; pass a function or None for the default")
+        self.augment = check_augment(augment)
+        self.collate: Callable[[list[Any]], Any] = check_callable(
+            collate, "collate", "collate(list_of_examples)",
+            "pass a function, or None for the default") or default_collate
         b = self.batch_size
-        # Checked here, before min_fresh is derived from it, so an error names what the
-        # user passed.
+        # Checked before min_fresh is derived from it, so an error names what was passed.
         buffer_size = 8 * b if buffer_size is None else check_positive_int(
             buffer_size, "buffer_size")
         prefetch = 2 * b if prefetch is None else check_positive_int(prefetch, "prefetch")
@@ -104,31 +90,29 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                          buffer_size=buffer_size, prefetch=prefetch,
                          timeout=timeout, seed=seed, size=one_per_item, agree=agree,
                          feed=feed, clock=clock)
-        self.augment = augment
         self.random = augment is not None and takes_rng(augment)
         # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
         self._stream = _rng.Stream(self.seed, _rng.ADAPTIVE_COPIES)
         self.drop_last = check_bool(drop_last, "drop_last")
-        self.collate: Callable[[list[Any]], Any] = collate or default_collate
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
 
     @property
     def batches(self) -> int:
         """Batches emitted."""
-        return self._steps
+        return self._schedule.steps
 
     @property
     def examples(self) -> int:
         """Examples in them, echoes included."""
-        return self._emitted_ex
+        return self._schedule.emitted_ex
 
     def _step(self) -> Any:
-        copies = self._assemble(self.batch_size)
+        copies = self._schedule.step(self.batch_size)
         partial = len(copies) < self.batch_size
         if not copies or (partial and (self.drop_last or not self._solo)):
             raise StopIteration
         batch = self.collate([self._augmented(c) for c in copies])  # may raise: count after
-        self._emit(copies)
+        self._schedule.emit(copies)
         self.last_size = len(copies)
         return batch
 

@@ -5,13 +5,13 @@ shortfall with echoes of recent items while their budget lasts, and wait only wh
 neither suffices. The realised factor thus tracks ``R = t_upstream / t_downstream``,
 capped by ``max_factor``, and is exactly 1 when ``R <= 1``. Timing enters only through
 a :class:`Feed`, so :class:`~dataecho.adaptive.sim.SimulatedFeed` replays the
-decisions deterministically.
+decisions deterministically. :class:`~dataecho.adaptive.schedule.Scheduler` applies
+it at every step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -39,10 +39,7 @@ class Feed(Protocol[T_co]):
         ...
 
     def close(self, wait: float = 5.0) -> None:
-        """Stops producing and drops the ready items.
-
-        Waits up to ``wait`` seconds for a producer thread, where there is one, to exit.
-        """
+        """Stops producing and drops the ready items; waits up to ``wait`` s for a thread."""
         ...
 
 
@@ -65,8 +62,7 @@ def alone(ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
     return ready, capacity, ended
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What to do for the items a step still lacks.
 
     Attributes:
@@ -97,7 +93,7 @@ def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
         >>> plan(4, ready=1, capacity=2, ended=False)
         Plan(fresh=1, echoes=0, block=True, stop=False)
     """
-    fresh = min(ready, need)
+    fresh = ready if ready < need else need  # min(), without its call: a step's hot path
     rest = need - fresh
     if rest == 0:
         return Plan(fresh)
@@ -106,3 +102,4 @@ def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
     if capacity >= rest:
         return Plan(fresh, echoes=rest)
     return Plan(fresh, block=True)
+
