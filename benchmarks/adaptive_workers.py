@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from dataecho import Auto
 from dataecho.experiments.text import md_table
 from dataecho.factor import DEFAULT_MAX_FACTOR
-from dataecho.torch import EchoDataset
+from dataecho.torch import EchoDataset, Streamed
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -67,7 +67,8 @@ class Timed(IterableDataset):  # type: ignore[misc]
 
 def run(cfg: Config, ratio: float, factor: float | Auto) -> dict[str, float]:
     read_s = ratio * cfg.workers * cfg.step_ms / 1000 / cfg.batch_size
-    ds = EchoDataset(Timed(cfg.examples, read_s), factor=factor, seed=0, sharding="stream",
+    ds = EchoDataset(Timed(cfg.examples, read_s), factor=factor, seed=0,
+                     read=Streamed(split="stream"),
                      **({} if isinstance(factor, Auto) else {"buffer_size": 64}))
     loader = DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.workers,
                         prefetch_factor=2)

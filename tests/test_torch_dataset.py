@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from dataecho import Auto
-from dataecho.torch import EchoDataset
+from dataecho.torch import EchoDataset, Indexed, Streamed
 from helpers.checkpoint import same
 
 pytestmark = pytest.mark.torch
@@ -237,7 +237,7 @@ def _per_rank(n, ranks, num_workers, **kw):
 
 @pytest.mark.parametrize(("n", "num_workers"), [(9, 0), (10, 2)])
 def test_drop_remainder_gives_every_rank_and_worker_the_same_examples_and_steps(n, num_workers):
-    reads, steps = _per_rank(n, 2, num_workers, drop_remainder=True)
+    reads, steps = _per_rank(n, 2, num_workers, read=Indexed(drop_remainder=True))
     shards = 2 * max(num_workers, 1)
     kept = n - n % shards
     assert [len(r) for r in reads] == [kept, kept]  # kept / 2 examples each, used twice
@@ -391,7 +391,8 @@ def _ddp_rank_reads(rank, init_file, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     reads = {}
     for workers, context in [(0, None), (1, "spawn")]:
-        ds = EchoDataset(list(range(10)), factor=1, buffer_size=1, shuffle=False)
+        ds = EchoDataset(list(range(10)), factor=1, buffer_size=1,
+                         read=Indexed(shuffle=False))
         kw = {"multiprocessing_context": context} if context else {}
         loader = DataLoader(ds, batch_size=5, num_workers=workers, **kw)
         reads[str(workers)] = {"seen": [int(v) for b in loader for v in b],
@@ -509,7 +510,8 @@ def test_restoring_at_every_batch_boundary_of_a_plain_dataloader_resumes_exactly
 
 def test_the_baseline_keeps_the_shuffle_window_the_echo_arms_have():
     def order(buffer_size):
-        ds = EchoDataset(list(range(40)), factor=1, buffer_size=buffer_size, shuffle=False)
+        ds = EchoDataset(list(range(40)), factor=1, buffer_size=buffer_size,
+                         read=Indexed(shuffle=False))
         return [int(x) for b in DataLoader(ds, batch_size=8) for x in b]
 
     assert order(1) == list(range(40))
@@ -613,7 +615,7 @@ def test_a_read_error_never_ends_an_epoch_silently(num_workers, stream):
     # Fails on the code before this test: the epoch ended normally after 40 of 80
     # copies (0 workers) or 60 of 80 (2 workers).
     data = FlakyStream(40, fail_at=13) if stream else FlakyRecords(40, fail_at={13})
-    kw = {"sharding": "dataecho"} if stream else {}
+    kw = {"read": Streamed(split="dataecho")} if stream else {}
     ds = EchoDataset(data, factor=2, buffer_size=8, seed=1, **kw)
     rows, errors, how = _drive_retrying(DataLoader(ds, batch_size=4, num_workers=num_workers))
     assert isinstance(errors[0], OSError) and "transient read error" in str(errors[0])

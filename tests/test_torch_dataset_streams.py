@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from dataecho.torch import EchoDataset
+from dataecho.torch import EchoDataset, Indexed, Streamed
 
 pytestmark = pytest.mark.torch
 
@@ -170,7 +170,7 @@ def test_a_stream_that_does_not_split_itself_is_split_by_dataecho(num_workers):
     rows, fresh = [], 0
     for rank in range(2):
         ds = EchoDataset(Numbers(N), augment=tag, factor=2, buffer_size=8, seed=1, rank=rank,
-                         world_size=2, sharding="dataecho")
+                         world_size=2, read=Streamed(split="dataecho"))
         rows += _rows(ds, num_workers)
         fresh += ds.stats().fresh_examples
     _check_epoch(rows, N, 2)
@@ -180,8 +180,8 @@ def test_a_stream_that_does_not_split_itself_is_split_by_dataecho(num_workers):
 def test_an_unknown_stream_read_by_several_workers_must_say_who_splits_it():
     ds = EchoDataset(Numbers(N), factor=2)
     assert len(_rows(ds, 0)) == 2 * N  # one reader: nothing to split
-    with pytest.raises(ValueError, match=r"sharding must say who splits the stream \(Numbers\) "
-                                         r"across the 2 readers"):
+    with pytest.raises(ValueError, match=r"read=Streamed\(split=...\) must say who splits the "
+                                         r"stream \(Numbers\) across the 2 readers"):
         _rows(EchoDataset(Numbers(N), factor=2), 2)
 
 
@@ -190,7 +190,7 @@ def test_a_dataecho_split_stream_resumes_at_every_batch():
 
     def make():
         ds = EchoDataset(Numbers(30), augment=tag, factor=2.5, buffer_size=5, seed=2,
-                         sharding="dataecho")
+                         read=Streamed(split="dataecho"))
         return StatefulDataLoader(ds, batch_size=4, num_workers=2)
 
     _assert_resumes_at_every_batch(make)
@@ -201,22 +201,27 @@ def test_an_empty_stream_is_an_error_not_an_empty_epoch():
                                          r"process for a whole epoch"):
         _rows(EchoDataset(Empty(), factor=2), 0)
     with pytest.raises(ValueError, match=r"dataset yielded no examples in DataLoader worker"):
-        _rows(EchoDataset(Empty(), factor=2, sharding="stream"), 2)
+        _rows(EchoDataset(Empty(), factor=2, read=Streamed(split="stream")), 2)
 
 
 def test_an_error_in_a_workers_stream_reaches_the_loop_with_its_type():
     with pytest.raises(KeyError, match="record 7 is missing"):
-        _rows(EchoDataset(Numbers(N, fail_at=7), factor=2, sharding="dataecho"), 2)
+        _rows(EchoDataset(Numbers(N, fail_at=7), factor=2, read=Streamed(split="dataecho")), 2)
 
 
-def test_stream_arguments_that_only_mean_something_for_indexed_data_are_refused():
-    with pytest.raises(ValueError, match=r"shuffle configures how a map-style data set is read, "
-                                         r"and dataset is a stream \(Numbers\)"):
-        EchoDataset(Numbers(4), shuffle=True)
-    with pytest.raises(ValueError, match=r"sharding says who splits a stream"):
-        EchoDataset(list(range(4)), sharding="stream")
-    with pytest.raises(ValueError, match=r"sharding must be 'stream' .* got 'workers'"):
-        EchoDataset(Numbers(4), sharding="workers")
+def test_read_options_of_the_other_kind_of_data_are_refused():
+    with pytest.raises(ValueError, match=r"read=Indexed\(shuffle=True, drop_remainder=False\) "
+                                         r"says how to read a map-style data set, but dataset "
+                                         r"is a stream \(Numbers\); pass read=Streamed"):
+        EchoDataset(Numbers(4), read=Indexed(shuffle=True))
+    with pytest.raises(ValueError, match=r"says how to read a stream, but dataset is a "
+                                         r"map-style data set \(list\); pass read=Indexed"):
+        EchoDataset(list(range(4)), read=Streamed(split="stream"))
+    with pytest.raises(ValueError, match=r"Streamed.split must be 'stream' .* got 'workers'"):
+        Streamed(split="workers")
+    with pytest.raises(TypeError, match=r"read must be dataecho.torch.Indexed\(...\) for a "
+                                        r"map-style data set, .* got 'stream'"):
+        EchoDataset(Numbers(4), read="stream")
     with pytest.raises(TypeError, match=r"dataset must be re-iterable .* one-shot iterator"):
         EchoDataset(iter(range(4)))
 
@@ -319,7 +324,7 @@ def test_auto_in_workers_reads_every_example_once_and_uses_none_more_than_max_fa
     from dataecho import Auto
 
     ds = EchoDataset(Slow(N, 0.002), augment=tag, echo=echo, factor=Auto(max_factor=3),
-                     seed=1, sharding="dataecho")
+                     seed=1, read=Streamed(split="dataecho"))
     rows = _rows(ds, 2)
     used = collections.Counter(int(r[0]) for r in rows)
     assert set(used) == set(range(N)) and max(used.values()) <= 3
@@ -336,7 +341,7 @@ def test_auto_in_workers_resumes_without_losing_or_repeating_a_fresh_example():
 
     def make():
         ds = EchoDataset(Slow(N, 0.002), augment=tag, factor=Auto(max_factor=2), seed=1,
-                         sharding="dataecho")
+                         read=Streamed(split="dataecho"))
         return StatefulDataLoader(ds, batch_size=4, num_workers=2)
 
     loader = make()
@@ -373,7 +378,7 @@ def _equal_steps_rank(rank, init_file, out_dir):
     # (8 examples, at most 16 uses: 4 batches; rank 0 has at least 10).
     stream = Slow(40, 0.001) if rank == 0 else Slow(8, 0.004)
     ds = EchoDataset(stream, factor=Auto(max_factor=2), seed=rank, rank=rank, world_size=2,
-                     sharding="stream")
+                     read=Streamed(split="stream"))
     steps = EqualSteps(DataLoader(ds, batch_size=4, num_workers=1))
     counts = [sum(1 for _ in steps) for _ in range(2)]  # two epochs
     with open(f"{out_dir}/rank{rank}.json", "w") as f:

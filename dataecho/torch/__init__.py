@@ -11,6 +11,7 @@ across ranks; it is imported from there, so this package needs no process group.
 try:
     from .batches import EchoBatches
     from .dataset import EchoDataset
+    from .reading import Indexed, Streamed
     from .sharding import shard_of
 except ModuleNotFoundError as error:
     if error.name != "torch":  # torch is there; something it needs is not: keep that error
@@ -20,4 +21,4 @@ except ModuleNotFoundError as error:
         "'dataecho[torch]' (or the torch build for your accelerator, from pytorch.org)",
         name="torch") from None
 
-__all__ = ["EchoBatches", "EchoDataset", "shard_of"]
+__all__ = ["EchoBatches", "EchoDataset", "Indexed", "Streamed", "shard_of"]

@@ -8,23 +8,23 @@ from typing import Any, Literal, cast
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .._checks import check_augment, check_bool, check_positive_int, check_seed
+from .._checks import check_augment, check_positive_int, check_seed
 from ..factor import Auto, as_factor
 from ..iterable import as_stage
 from ..loop import Epochs
-from ..map import Map, fn_name
+from ..map import fn_name
 from ..pipeline import pipeline
 from ..shard import Shard
 from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
+from ..variants import EXAMPLE_LEVEL, check_variant
 from .accelerated import split_of
+from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
 from .sharding import check_rank, resolve_rank, shard_of
 from .tally import Tally
 from .workers import EpochCounter, SharedCounts
-
-Sharding = Literal["stream", "dataecho"]
 
 
 class EchoDataset(IterableDataset[Any]):
@@ -37,26 +37,24 @@ class EchoDataset(IterableDataset[Any]):
     two copies, workers or ranks share draws.
 
     Data sets: a map-style data set (``len`` and ``[i]``) is read in a per-epoch
-    permutation; worker ``w`` of rank ``r`` reads shard ``r * num_workers + w`` of
-    ``world_size * num_workers``. A stream (any ``IterableDataset`` or re-iterable: a
+    permutation, each worker of each rank its shard (``read=Indexed(shuffle=...,
+    drop_remainder=...)``). A stream (any ``IterableDataset`` or re-iterable: a
     ``webdataset.WebDataset``/``DataPipeline``, a Hugging Face ``datasets``
-    ``IterableDataset``, a dataecho stage) is iterated once per epoch in each worker,
-    and ``sharding`` says who splits it: ``"stream"``, the stream itself (WebDataset
-    splits shards by worker, and by rank with ``nodesplitter=wds.split_by_node``;
-    Hugging Face splits shards by worker, and by rank after
-    ``datasets.distributed.split_dataset_by_node``); ``"dataecho"``, every worker reads
-    the whole stream and keeps every ``world_size * num_workers``-th example
-    (:class:`dataecho.Shard`: exact for any stream, but each example is read by every
-    worker). Default: ``"stream"`` for WebDataset and Hugging Face streams; other
-    streams must say which when read by more than one worker or rank. A stream with
-    ``set_epoch`` is told the epoch before each pass. :class:`dataecho.TarShards` (and
-    ``Map`` stages over it, such as a decode) is split by whole shards (its
-    ``with_reader``), and checkpoints its position, so it resumes without re-reading.
+    ``IterableDataset``, LitData's or Mosaic's ``StreamingDataset``, a dataecho stage)
+    is iterated once per epoch in each worker, and ``read=Streamed(split=...)`` says
+    who splits it across workers and ranks (:class:`dataecho.torch.Streamed`: the
+    stream itself, or dataecho; WebDataset, Hugging Face and :class:`dataecho.TarShards`
+    are recognised). A stream with ``set_epoch`` is told the epoch before each pass.
+    ``TarShards`` (and ``Map`` stages over it, such as a decode) is split by whole
+    shards, and checkpoints its position, so it resumes without re-reading.
 
     Equal steps under DDP: shards of a map-style data set differ by at most one
-    example; ``drop_remainder=True`` makes them equal, and with an integer ``factor``
-    every rank takes the same number of steps (give DDP a step budget otherwise, and
-    for streams, whose parts are as long as the stream makes them).
+    example; ``Indexed(drop_remainder=True)`` makes them equal, and with an integer
+    ``factor`` every rank takes the same number of steps (give DDP a step budget
+    otherwise, and for streams, whose parts are as long as the stream makes them).
+    Under accelerate's prepared loaders and the Hugging Face ``Trainer``, accelerate
+    splits the data itself, and this data set reads the whole epoch where accelerate
+    has it read (:mod:`dataecho.torch.accelerated`).
 
     Epochs: each new iteration of the DataLoader reads the next epoch by itself, with
     any number of workers, persistent or not (the counter is in shared memory, so new
@@ -102,19 +100,16 @@ class EchoDataset(IterableDataset[Any]):
             Memory: before augmentation the window holds that many augmented copies
             (at factor 4 and 224x224 RGB uint8, about 600 MB per worker by default);
             pass a smaller window where memory is short.
-        shuffle: permute a map-style data set each epoch (default True); a stream keeps
-            its own order (shuffle the stream itself).
         seed: the one seed; each stage derives its own stream from it.
-        drop_remainder: drop ``len(dataset) % (world_size * num_workers)`` examples of
-            each epoch of a map-style data set (a different few each epoch) so every
-            shard has the same length.
         rank: the DDP rank, with ``world_size``; default (both None): from
             ``torch.distributed``, read in the training process when iteration starts
             or when the DataLoader hands this object to its workers, so ``spawn`` and
             ``forkserver`` workers, which have no process group, still read their
             rank's part.
         world_size: the number of DDP ranks, with ``rank``.
-        sharding: who splits a stream across workers and ranks (see above).
+        read: how to read ``dataset``: :class:`dataecho.torch.Indexed` for a map-style
+            data set (its order and length), :class:`dataecho.torch.Streamed` for a
+            stream (who splits it); None: that kind's defaults.
 
     Example:
         >>> import torch
@@ -133,88 +128,33 @@ class EchoDataset(IterableDataset[Any]):
         echo: Literal["before_augmentation", "after_augmentation"] = "before_augmentation",
         factor: float | Auto | str = 2.0,
         buffer_size: int | None = None,
-        shuffle: bool | None = None,
         seed: int = 0,
-        drop_remainder: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        sharding: Sharding | None = None,
+        read: Indexed | Streamed | None = None,
     ) -> None:
-        self.stream = _is_stream(dataset)
         check_augment(augment)
-        if echo not in ("before_augmentation", "after_augmentation"):
-            raise ValueError(
-                f"echo must be 'before_augmentation' or 'after_augmentation' here, got "
-                f"{echo!r}; for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches"
-            )
-        factor = as_factor(factor)  # type: ignore[arg-type]
-        if isinstance(factor, Auto):
-            if factor.agree is not None:
-                raise ValueError(
-                    f"factor={factor!r}: DataLoader workers have no process group to agree "
-                    "through; drop agree, and wrap the loader in "
-                    "dataecho.torch.distributed.EqualSteps(loader) for equal steps per rank")
-            if buffer_size is not None:
-                raise ValueError(
-                    f"buffer_size is the post-echo shuffle of a fixed factor; with {factor!r} "
-                    f"the adaptive stage spreads copies by its own buffer, got buffer_size="
-                    f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r})")
+        self.dataset, self.augment, self.seed = dataset, augment, check_seed(seed)
+        self.read = read_of(dataset, read)
+        self.echo, self.factor, self.buffer_size = _echo_of(echo, factor, buffer_size)
         self.rank, self.world_size = check_rank(rank, world_size)
-        seed = check_seed(seed)
-        drop_remainder = check_bool(drop_remainder, "drop_remainder")
-        if self.stream:
-            if shuffle is not None or drop_remainder:
-                given = "shuffle" if shuffle is not None else "drop_remainder"
-                raise ValueError(
-                    f"{given} configures how a map-style data set is read, and dataset is "
-                    f"a stream ({type(dataset).__name__}), which keeps its own order and "
-                    f"length; got {given}={shuffle if shuffle is not None else True!r}; "
-                    f"drop {given} and configure the stream itself")
-            self.sharding = _check_sharding(dataset, sharding)
-            _check_node_split(dataset, self.world_size)
-        else:
-            if sharding is not None:
-                raise ValueError(
-                    f"sharding says who splits a stream, and dataset is a map-style data "
-                    f"set that dataecho shards by index; got sharding={sharding!r}; drop it")
-            if len(dataset) == 0:  # type: ignore[arg-type]
-                raise ValueError(
-                    "dataset is empty (len(dataset) == 0); pass a data set with examples")
-            shuffle = True if shuffle is None else check_bool(shuffle, "shuffle")
-            self.sharding = None
-            if self.rank is not None and self.world_size is not None:
-                Source.check_shards(len(dataset), self.rank, self.world_size,  # type: ignore[arg-type]
-                                    drop_remainder)
-        # factor 1 is the baseline: no echo stage, the same shuffle window.
-        self.kwargs: dict[str, Any] = dict(
-            augment=augment, echo=None if factor == 1 else echo,
-            factor=None if factor == 1 else factor, batch_size=None, seed=seed)
-        if not isinstance(factor, Auto):
-            # By default 1,000 distinct examples, so factor copies each (window_of).
-            self.kwargs["buffer_size"] = check_positive_int(
-                window_of(1000, factor) if buffer_size is None else buffer_size,
-                "buffer_size")
-        if not self.stream:
-            self.kwargs.update(shuffle=shuffle, num_epochs=1, drop_remainder=drop_remainder)
-        self.dataset = dataset
-        self._repr = _describe(dataset, {**self.kwargs, "echo": echo, "factor": factor})
-        # The one epoch loop, with its epoch in shared memory: the worker copies of an
-        # iteration agree on it, and each new iteration reads the next, also in new
-        # copies (Lightning never calls set_epoch on an IterableDataset).
+        if isinstance(self.read, Streamed):
+            check_node_split(dataset, self.world_size)
+        elif self.rank is not None and self.world_size is not None:
+            Source.check_shards(len(dataset), self.rank, self.world_size,  # type: ignore[arg-type]
+                                self.read.drop_remainder)
+        # One epoch loop, its epoch in shared memory: the worker copies of an iteration
+        # agree on it, and each new iteration reads the next (Lightning never calls
+        # set_epoch on an IterableDataset).
         self._epochs = EpochCounter()
         self._loop = Epochs(self._build, self._epochs, mark_end=True)
         self._counts = SharedCounts()  # what the workers counted, for stats()
-        # The number of a checkpoint loaded in the training process: every iteration's
-        # copies hold it, but only the first iteration after the load resumes it.
-        self._load: int | None = None
-        # A read error of the live iteration: its position counts examples the
-        # DataLoader dropped with the batch it was filling, so no state is taken now.
-        self._failed: Exception | None = None
+        self._load: int | None = None  # a checkpoint loaded here: one iteration resumes it
+        self._failed: Exception | None = None  # a read error of the live iteration
         self._read_as = (self.rank, self.world_size)  # as the live iteration reads
         self._idle = False  # a worker of a process that accelerate's dispatcher skips
-        #: How a loader prepared by accelerate splits this data set ("dispatched" or
-        #: "sliced"), once seen, else None: :func:`dataecho.torch.stats_over_ranks`
-        #: reads it.
+        #: How a loader accelerate prepared splits this data set ("dispatched",
+        #: "sliced"), once seen: :func:`dataecho.torch.distributed.stats_over_ranks`.
         self.accelerate_split: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -272,30 +212,37 @@ class EchoDataset(IterableDataset[Any]):
     def _pipeline(self, epoch: int) -> Stage[Any]:
         rank, world_size = self._read_as
         shard, shards = shard_of(rank, world_size)
-        if not self.stream:
-            return pipeline(self.dataset, **self.kwargs,  # type: ignore[arg-type]
-                            epoch=epoch, shard_index=shard, num_shards=shards)
-        reader = _reader_for(self.dataset, shard, shards, epoch)
+        baseline = self.factor == 1  # no echo stage, the same shuffle window
+        common: dict[str, Any] = dict(
+            augment=self.augment, echo=None if baseline else self.echo,
+            factor=None if baseline else self.factor, batch_size=None,
+            buffer_size=self.buffer_size, seed=self.seed, epoch=epoch, shard_index=shard,
+            num_shards=shards)
+        if isinstance(self.read, Indexed):
+            return pipeline(self.dataset, shuffle=self.read.shuffle,  # type: ignore[arg-type]
+                            drop_remainder=self.read.drop_remainder, **common)
+        return pipeline(self._stream(epoch, shard, shards, world_size), **common)
+
+    def _stream(self, epoch: int, shard: int, shards: int, world_size: int | None) -> Stage[Any]:
+        """This reader's part of the stream, for one epoch."""
+        reader = reader_for(self.dataset, shard, shards, epoch)
         if reader is not None:  # a reader that splits whole shards: TarShards
-            return pipeline(reader, **self.kwargs, epoch=epoch, shard_index=shard,
-                            num_shards=shards)
+            return reader  # type: ignore[no-any-return]
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-        _check_node_split(self.dataset, resolve_rank(rank, world_size)[1])
+        check_node_split(self.dataset, resolve_rank(None, world_size)[1])
         source = as_stage(self.dataset, "dataset")
-        if shards > 1:
-            if self.sharding is None:
-                raise ValueError(
-                    f"sharding must say who splits the stream ({type(self.dataset).__name__}) "
-                    f"across the {shards} readers (DataLoader workers times ranks), got None; "
-                    "pass sharding='stream' if the stream splits itself by worker and rank "
-                    "(reads get_worker_info()), or sharding='dataecho' to have every reader "
-                    "read it all and keep its share")
-            if self.sharding == "dataecho":
-                source = Shard(source, shard, shards)
-        return pipeline(source, **self.kwargs, epoch=epoch, shard_index=shard,
-                        num_shards=shards)
+        split = self.read.split  # type: ignore[union-attr]
+        if shards > 1 and split is None:
+            raise ValueError(
+                f"read=Streamed(split=...) must say who splits the stream "
+                f"({type(self.dataset).__name__}) across the {shards} readers (DataLoader "
+                "workers times ranks), got split=None; pass Streamed(split='stream') if the "
+                "stream splits itself by worker and rank (reads get_worker_info()), or "
+                "Streamed(split='dataecho') to have every reader read it all and keep its "
+                "share")
+        return Shard(source, shard, shards) if shards > 1 and split == "dataecho" else source
 
     def __iter__(self) -> Iterator[Any]:
         # Eager, not a generator: the epoch is claimed and the pipeline built (and
@@ -311,7 +258,8 @@ class EchoDataset(IterableDataset[Any]):
             if loop.pending and not self._epochs.take(self._load):
                 loop.drop_pending()  # an earlier iteration resumed it
             self._load = None
-        check_empty = self.stream and not loop.pending  # a restored pass may be empty
+        # A restored pass may be empty; a whole one of a stream may not.
+        check_empty = isinstance(self.read, Streamed) and not loop.pending
         restoring = loop.pending
         try:
             stage = loop.start()
@@ -394,7 +342,14 @@ class EchoDataset(IterableDataset[Any]):
         return EchoStats(fresh, emitted, fresh, emitted, None)
 
     def __repr__(self) -> str:
-        return f"EchoDataset({self._repr})"
+        head = (repr(self.dataset) if isinstance(self.dataset, Stage)
+                else f"<{type(self.dataset).__name__}{_length(self.dataset)}>")
+        args = [head, f"echo={self.echo!r}", f"factor={self.factor!r}"]
+        if self.augment is not None:
+            args.append(f"augment={fn_name(self.augment)}")
+        if self.buffer_size is not None:
+            args.append(f"buffer_size={self.buffer_size!r}")
+        return f"EchoDataset({', '.join([*args, f'seed={self.seed!r}'])})"
 
 
 class _Handout(Iterator[Any]):
@@ -444,92 +399,31 @@ class _Handout(Iterator[Any]):
             raise ValueError(_empty_message())
 
 
-def _is_stream(dataset: object) -> bool:
-    """Whether ``dataset`` is read as a stream (iterated) rather than indexed."""
-    if isinstance(dataset, IterableDataset | Stage):
-        return True
-    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-        return False
-    if isinstance(dataset, Iterator):
-        raise TypeError(
-            f"dataset must be re-iterable (iterated once per epoch in every worker), got a "
-            f"one-shot iterator ({type(dataset).__name__}); pass the data set or stream "
-            "itself (an IterableDataset, a list), not iter(...) or a generator")
-    if isinstance(dataset, Iterable):
-        return True
-    raise TypeError(
-        f"dataset must be a map-style data set (len() and integer indexing) or a stream "
-        f"(an IterableDataset or another re-iterable), got {type(dataset).__name__}; pass "
-        "a torch Dataset, a list, a WebDataset or a Hugging Face IterableDataset")
+def _length(dataset: object) -> str:
+    return f" of {len(dataset)}" if hasattr(dataset, "__len__") else ""
 
 
-def _splits_itself(dataset: object) -> bool:
-    """Streams of libraries that split themselves by DataLoader worker (and rank)."""
-    module = type(dataset).__module__.split(".")[0]
-    return module in ("webdataset", "datasets")
-
-
-def _check_sharding(dataset: object, sharding: object) -> Sharding | None:
-    if sharding is not None and sharding not in ("stream", "dataecho"):
+def _echo_of(echo: object, factor: object, buffer_size: object,
+             ) -> tuple[Any, float | Auto, int | None]:
+    """``echo``, ``factor`` and the shuffle window after the echo, checked together."""
+    check_variant(echo, allowed=EXAMPLE_LEVEL,
+                  hint="for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches")
+    factor = as_factor(factor)  # type: ignore[arg-type]
+    if not isinstance(factor, Auto):
+        # By default 1,000 distinct examples, so factor copies each (window_of).
+        return echo, factor, check_positive_int(
+            window_of(1000, factor) if buffer_size is None else buffer_size, "buffer_size")
+    if factor.agree is not None:
         raise ValueError(
-            f"sharding must be 'stream' (the stream splits itself by worker and rank), "
-            f"'dataecho' (every reader keeps every n-th example) or None, got {sharding!r}; "
-            "pass sharding='stream' for WebDataset or Hugging Face streams")
-    if _reader_for(dataset, 0, 1, 0, probe=True) is not None:
-        if sharding == "stream":
-            raise ValueError(
-                f"{type(dataset).__name__} is split by dataecho, one reader of whole shards "
-                f"per worker and rank (its with_reader()), got sharding='stream'; drop "
-                "sharding")
-        return "dataecho"
-    if sharding is None and _splits_itself(dataset):
-        return "stream"
-    return sharding
-
-
-def _check_node_split(dataset: object, world_size: int | None) -> None:
-    """Refuses a Hugging Face stream that every rank would read whole (duplicates)."""
-    hf = type(dataset).__module__.split(".")[0] == "datasets"
-    # datasets records split_dataset_by_node in this attribute (checked on 2.x-5.x);
-    # a version without it is not checked rather than refused.
-    if (hf and world_size is not None and world_size > 1 and hasattr(dataset, "_distributed")
-            and getattr(dataset, "_distributed", None) is None):
+            f"factor={factor!r}: DataLoader workers have no process group to agree "
+            "through; drop agree, and wrap the loader in "
+            "dataecho.torch.distributed.EqualSteps(loader) for equal steps per rank")
+    if buffer_size is not None:
         raise ValueError(
-            f"dataset is a Hugging Face stream that every one of the {world_size} ranks would "
-            "read whole, duplicating every example; split it first with "
-            "datasets.distributed.split_dataset_by_node(dataset, rank=rank, "
-            "world_size=world_size)")
-
-
-def _reader_for(stream: object, shard_index: int, num_shards: int, epoch: int, *,
-                probe: bool = False) -> Any:
-    """The stream rebuilt for one reader of whole shards, or None if it cannot be.
-
-    A stage with ``with_reader`` (``TarShards``) gives its own reader; ``Map`` stages over
-    one (a decode) are rebuilt over that reader with the same function and seed.
-    """
-    if isinstance(stream, Map):
-        inner = _reader_for(stream.upstream, shard_index, num_shards, epoch, probe=probe)
-        if inner is None or probe:
-            return inner
-        return Map(inner, stream.fn, seed=stream.seed, random=stream.random)
-    with_reader = getattr(stream, "with_reader", None)
-    if not callable(with_reader):
-        return None
-    return stream if probe else with_reader(shard_index, num_shards, epoch)
-
-
-def _describe(dataset: object, kwargs: Mapping[str, Any]) -> str:
-    """The repr's arguments, without building a pipeline (a Source holds a permutation)."""
-    size = f" of {len(dataset)}" if hasattr(dataset, "__len__") else ""
-    head = repr(dataset) if isinstance(dataset, Stage) else f"<{type(dataset).__name__}{size}>"
-    args = [head, f"echo={kwargs['echo']!r}", f"factor={kwargs['factor']!r}"]
-    if kwargs["augment"] is not None:
-        args.append(f"augment={fn_name(kwargs['augment'])}")
-    if "buffer_size" in kwargs:
-        args.append(f"buffer_size={kwargs['buffer_size']!r}")
-    args.append(f"seed={kwargs['seed']!r}")
-    return ", ".join(args)
+            f"buffer_size is the post-echo shuffle of a fixed factor; with {factor!r} "
+            f"the adaptive stage spreads copies by its own buffer, got buffer_size="
+            f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r})")
+    return echo, factor, None
 
 
 def _empty_message() -> str:
