@@ -246,11 +246,8 @@ def total_copies(factor: float, seed: int, n: int) -> int:
     n = check_positive_int(n, "n", minimum=0)
     if factor == math.floor(factor):
         return int(factor) * n
-    full, rest = divmod(n, _BLOCK)
-    total = sum(int(_copies_block(factor, seed, b).sum()) for b in range(full))
-    if rest:
-        total += int(_copies_block(factor, seed, full)[:rest].sum())
-    return total
+    return sum(int(_copies_block(factor, seed, block)[:n - block * _BLOCK].sum())
+               for block in range(-(-n // _BLOCK)))
 
 
 def copies_at(factor: float, seed: int, indices: np.ndarray) -> np.ndarray:

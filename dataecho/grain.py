@@ -46,15 +46,11 @@ class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
     ``grain.experimental.WindowShuffleIterDataset`` after it spreads them apart, which
     the paper found improves training, and checkpoints exactly too.
 
-    A fractional ``factor`` gives ``floor(factor)`` copies plus one more with
-    probability ``factor - floor(factor)``: the echo is a ``dataecho.Echo`` with
-    ``shard=(w, W)``, so the element at position ``k`` of this iterator's stream draws
-    the copies of item ``i = w + k * W`` (:func:`dataecho.echo.copies_at`), ``w`` and
-    ``W`` being the worker index and count under ``mp_prefetch`` (0 and 1 without). A
-    worker reads the elements ``w, w + W, ...`` of the stream before ``mp_prefetch``,
-    so without a ``filter`` before the echo ``i`` is the element's position in that
-    stream and the copies are the same for any number of workers; with one the draws
-    are still deterministic.
+    The echo is a ``dataecho.Echo(parent, factor, seed=seed, shard=(w, W))``, ``w`` and
+    ``W`` being the worker index and count under ``mp_prefetch`` (0 and 1 without):
+    worker ``w`` reads the elements ``w, w + W, ...``, so without a ``filter`` before
+    the echo each element gets the fractional copies of its position in the stream,
+    whatever the number of workers.
     Per-host sharding (``ds[host::hosts]`` or ``grain.sharding.ShardOptions``) belongs
     before the echo, so each host echoes its own examples; with the same ``seed`` and
     equal shard lengths every host emits the same number of elements (same draws at
@@ -126,7 +122,6 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
 
     def __init__(self, parent: grain.DatasetIterator[T], factor: float, seed: int) -> None:
         super().__init__(parent)
-        self._factor, self._seed = factor, seed
         self._config: dict[str, Any] = {"factor": factor, "seed": seed}
         self._echo: Echo[T] | None = None  # built at first use, when the worker is known
 
@@ -136,8 +131,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
             # Grain's own random_map keys its seeds by the same two numbers.
             mp = getattr(getattr(self, "_ctx", None), "mp_context", None)
             shard = (int(getattr(mp, "process_index", 0)), int(getattr(mp, "process_count", 1)))
-            self._echo = Echo(_Parent(self._parent), self._factor, seed=self._seed,
-                              shard=shard)
+            self._echo = Echo(_Parent(self._parent), **self._config, shard=shard)
         return self._echo
 
     def __next__(self) -> T:
@@ -188,7 +182,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         return EchoStats.of_examples(fresh, emitted)
 
     def __str__(self) -> str:
-        return f"EchoIterator(factor={self._factor:g}, seed={self._seed})"
+        return "EchoIterator(factor={factor:g}, seed={seed})".format(**self._config)
 
 
 class _Parent(Stage[Any]):
