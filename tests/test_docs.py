@@ -21,13 +21,15 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-TIMEOUT_S = 60
+TIMEOUT_S = 120  # a hung block; they take seconds
 WIDTH = 88  # characters of a code line
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->")
@@ -124,29 +126,56 @@ class Run:
     failed_at: int | None  # the page line of the deepest traceback frame in the page
 
 
-_RUNS: dict[tuple[pathlib.Path, int], Run] = {}
+_RUNS: dict[tuple[pathlib.Path, int], Future[Run]] = {}
+_LOCK = threading.Lock()
 
 
-def run_chain(chain: list[Block], cwd: pathlib.Path) -> Run:
-    """Runs the chain once per test session, as a script, from ``cwd``."""
+def run_chain(chain: list[Block], cwd: pathlib.Path,
+              pool: ThreadPoolExecutor | None = None) -> Future[Run]:
+    """The chain's one run per test session, as a script from ``cwd``: started in
+    ``pool`` if given (the caller waits on the future), else here."""
     key = (chain[0].path, chain[0].line)
-    if key not in _RUNS:
-        # A module name: spawn and forkserver workers import the script by its path.
-        script = cwd / (re.sub(r"\W", "_", chain[0].path.stem) + "_md.py")
-        script.write_text(script_of(chain))
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
-               "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
-        try:
-            done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env,
-                                  text=True, capture_output=True, timeout=TIMEOUT_S)
-            code, out, err = done.returncode, done.stdout, done.stderr
-        except subprocess.TimeoutExpired as error:
-            code, out, err = None, str(error.stdout or ""), str(error.stderr or "")
-        parts = out.split(MARK + "\n")[1:]
-        frames = re.findall(rf'File "[^"]*{re.escape(script.name)}", line (\d+)', err)
-        _RUNS[key] = Run(code, {b.line: p for b, p in zip(chain, parts, strict=False)},
-                         err, int(frames[-1]) if frames else None)
-    return _RUNS[key]
+    with _LOCK:
+        if key not in _RUNS:
+            if pool is not None:
+                _RUNS[key] = pool.submit(_run, chain, cwd)
+            else:
+                _RUNS[key] = Future()
+                _RUNS[key].set_result(_run(chain, cwd))
+        return _RUNS[key]
+
+
+def _run(chain: list[Block], cwd: pathlib.Path) -> Run:
+    # A module name: spawn and forkserver workers import the script by its path.
+    script = cwd / (re.sub(r"\W", "_", chain[0].path.stem) + "_md.py")
+    script.write_text(script_of(chain))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    try:
+        done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env,
+                              text=True, capture_output=True, timeout=TIMEOUT_S)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as error:
+        code, out, err = None, str(error.stdout or ""), str(error.stderr or "")
+    parts = out.split(MARK + "\n")[1:]
+    frames = re.findall(rf'File "[^"]*{re.escape(script.name)}", line (\d+)', err)
+    return Run(code, {b.line: p for b, p in zip(chain, parts, strict=False)}, err,
+               int(frames[-1]) if frames else None)
+
+
+@pytest.fixture(scope="module")
+def started(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Starts every selected block's chain at once, two at a time: the blocks mostly
+    wait for imports and worker start-up, so the docs test takes half as long."""
+    name = test_every_python_block_in_the_docs_runs_as_written.__name__
+    chosen = [item.callspec.params["block"] for item in request.session.items
+              if getattr(item, "originalname", None) == name]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for block in chosen:
+            if not (block.skip or block.excerpt):
+                run_chain(chain_of(block, BY_PAGE[block.path]),
+                          tmp_path_factory.mktemp("block"), pool)
+        yield
 
 
 def _code_line(line: str) -> str:
@@ -166,7 +195,8 @@ def _lines(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("block", ALL, ids=[b.name for b in ALL])
-def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: pathlib.Path):
+def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: pathlib.Path,
+                                                         started: None):
     if block.skip:
         pytest.skip(f"{block.name}: {block.skip}")
     if block.excerpt:
@@ -174,7 +204,7 @@ def test_every_python_block_in_the_docs_runs_as_written(block: Block, tmp_path: 
         assert missing == [], f"{block.name}: lines not in {block.excerpt}"
         return
     chain = chain_of(block, BY_PAGE[block.path])
-    run = run_chain(chain, tmp_path)
+    run = run_chain(chain, tmp_path).result()
     end = block.line + block.code.count("\n")
     if run.returncode != 0 and (run.failed_at is None or run.failed_at <= end):
         where = (f"ran past {TIMEOUT_S} s" if run.returncode is None
@@ -220,7 +250,7 @@ def test_a_chain_runs_once_and_each_block_gets_its_output_and_its_failure(
     page.write_text("```python\nx = 1\nprint(x)\n```\n\n<!-- continues -->\n"
                     "```python\nprint(x + 1)\nraise SystemExit(x / 0)\n```\n")
     found = blocks(page)
-    run = run_chain(found, tmp_path)
+    run = run_chain(found, tmp_path).result()
     assert run.outputs == {1: "1\n", 7: "2\n"}
     assert run.returncode == 1 and run.failed_at == 9
 
