@@ -17,9 +17,6 @@ T = TypeVar("T")
 #: batches of 256 at factor 25, yet take seconds to read and at most a few GB of images.
 MAX_WINDOW = 2**16
 
-#: The most windows a state may say were read: a counter below 2**63.
-MAX_WINDOWS = 2**63 - 1
-
 
 class Shuffle(Stage[T]):
     """Reads ``buffer_size`` items, yields them in a random order, repeats.
@@ -102,7 +99,7 @@ class Shuffle(Stage[T]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Shuffle")
-        window = state_int(state, "window", "Shuffle", maximum=MAX_WINDOWS,
+        window = state_int(state, "window", "Shuffle", maximum=2**63 - 1,
                            rule="windows read so far, each a count below 2**63")
         skip = state_int(state, "skip", "Shuffle", maximum=self.buffer_size - 1,
                          rule=f"items of the window already emitted, fewer than "
