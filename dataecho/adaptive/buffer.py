@@ -22,16 +22,10 @@ class EchoBuffer(Generic[T]):
     """Recent fresh items with their use counts; an item leaves after ``max_uses``.
 
     Use 0 is the fresh emission, so an item is echoed at most ``max_uses - 1`` times.
-    The oldest item is evicted when a new one arrives at a full buffer.
-
-    With ``gap``, an item used at step ``k`` may be drawn again from step ``k + gap``
-    on: until then it waits in :attr:`cooling`, so the copies of one item stand at
-    least ``gap`` steps apart even when few items have budget left (an upstream far
-    slower than the consumer), where echoes would otherwise come back to back.
-
-    A plan of echoes ahead (:class:`~dataecho.adaptive.AdaptiveEcho` decides its next
-    steps at once) takes and releases under :meth:`record`, then keeps the changes of
-    the steps it used and undoes the rest with :meth:`rollback`.
+    A new item at a full buffer evicts the oldest. With ``gap``, an item used at step
+    ``k`` waits in :attr:`cooling` until step ``k + gap``, so its copies stand apart.
+    Echoes taken ahead (``Scheduler.ahead``) are taken under :meth:`record`, and those
+    not emitted undone with :meth:`rollback`.
 
     Example:
         >>> buf = EchoBuffer(size=2, max_uses=2)
@@ -51,12 +45,10 @@ class EchoBuffer(Generic[T]):
 
     def __init__(self, size: int, max_uses: int, gap: int = 0) -> None:
         self.size, self.max_uses, self.gap = size, max_uses, gap
-        #: The items that may be drawn now, oldest first. Always this one list (never
-        #: replaced), so a hot path may keep a reference and read it; changes go
-        #: through the methods. A list, not a deque: a draw indexes it at random.
+        #: The items that may be drawn now, oldest first (a list: draws index it). Never
+        #: replaced, so a hot path may keep a reference; changes go through the methods.
         self.entries: list[_Entry[T]] = []
-        #: ``(step from which it may be drawn, entry)`` of items used within ``gap``
-        #: steps, in that step's order; never replaced either.
+        #: ``(step from which it may be drawn, entry)``, in that order; never replaced.
         self.cooling: deque[tuple[int, _Entry[T]]] = deque()
         #: How to undo each change since :meth:`record`, oldest first; None: not recording.
         self.log: list[tuple[Any, ...]] | None = None
@@ -92,28 +84,19 @@ class EchoBuffer(Generic[T]):
     def draw(self, n: int, rng: np.random.Generator | None = None,
              now: int = 0) -> list[tuple[T, int, int]]:
         """``n`` distinct items as ``(item, fresh_index, use)``: newest, or random with rng."""
-        entries = self.entries
-        size = len(entries)
-        if n == 1 and size:  # the usual case (a batch per step): no lists, no rebuild
-            pick = int(rng.integers(size)) if rng is not None else size - 1
-            return [self.take(pick, now)]
-        if rng is None or n >= size:
-            picks = list(range(max(size - n, 0), size))
-        else:
-            picks = sorted(rng.choice(size, size=n, replace=False).tolist())
-        out = []
-        for i in picks:
-            entry = entries[i]
-            out.append((entry.item, entry.index, entry.uses))
-            entry.uses += 1
-        if self.gap or any(entries[i].uses >= self.max_uses for i in picks):
-            drawn = {id(entries[i]) for i in picks}
-            kept = [e for e in entries
-                    if id(e) not in drawn or (e.uses < self.max_uses and not self.gap)]
-            cool = [entries[i] for i in picks if entries[i].uses < self.max_uses]
-            entries[:] = kept  # in place: the list is never replaced (see ``entries``)
+        entries, size = self.entries, len(self.entries)
+        picks = (range(max(size - n, 0), size) if rng is None or n >= size
+                 else sorted(rng.choice(size, size=n, replace=False).tolist()))
+        drawn = [entries[i] for i in picks]
+        out = [(e.item, e.index, e.uses) for e in drawn]
+        for e in drawn:
+            e.uses += 1
+        if self.gap or any(e.uses >= self.max_uses for e in drawn):
+            ids = {id(e) for e in drawn}
+            entries[:] = [e for e in entries  # in place: never replaced (see ``entries``)
+                          if id(e) not in ids or (e.uses < self.max_uses and not self.gap)]
             if self.gap:
-                self.cooling.extend((now + self.gap, e) for e in cool)
+                self.cooling.extend((now + self.gap, e) for e in drawn if e.uses < self.max_uses)
         return out
 
     def take(self, i: int, now: int = 0) -> tuple[T, int, int]:
@@ -133,11 +116,7 @@ class EchoBuffer(Generic[T]):
         return entry.item, entry.index, entry.uses - 1
 
     def record(self) -> None:
-        """Starts recording :meth:`take` and :meth:`release`, for :meth:`rollback`.
-
-        Only those two are recorded: :meth:`add`, :meth:`draw` and :meth:`clear` wait
-        until the rollback.
-        """
+        """Records :meth:`take` and :meth:`release` (only those) for :meth:`rollback`."""
         self.log = []
 
     def rollback(self, keep: int) -> None:

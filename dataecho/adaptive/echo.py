@@ -31,47 +31,41 @@ DEFAULT_BUFFER = AUTO_BUFFER["items"]
 class AdaptiveEcho(Stage[T]):
     """Yields the next upstream item if it is ready, else an echo of a recent one.
 
-    A background thread reads ``upstream`` ahead. On each ``next()`` a ready fresh
-    item wins; when none is ready one of the ``buffer_size`` latest items, picked by a
-    ``(seed, step)``-keyed draw, is emitted again instead of waiting, until each has
-    been used ``max_factor`` times: then the consumer waits. The realised factor thus
-    tracks ``R = t_upstream / t_downstream`` capped at ``max_factor``; with ``R <= 1``
-    nothing is echoed. Decisions depend on timing, so runs are not bit-reproducible:
-    use :class:`~dataecho.Echo` with a fixed factor when they must be.
+    A background thread reads ``upstream`` ahead. A ready fresh item wins; when none is
+    ready, one of the ``buffer_size`` latest items, picked by a ``(seed, step)``-keyed
+    draw, is emitted again instead of waiting, until each was used ``max_factor``
+    times: then the consumer waits. The realised factor thus tracks ``R = t_upstream /
+    t_downstream`` capped at ``max_factor``, and is 1 at ``R <= 1``. Decisions depend
+    on timing: use :class:`~dataecho.Echo` where runs must be bit-reproducible.
 
-    The first ``min_fresh`` items of a pass (and after a restore) are fresh, so
-    training never starts on echoes alone. The pass ends once the upstream is exhausted
-    and every item read has been emitted; leftover echo budget is dropped.
-
-    Checkpoint: counters plus the upstream state after the last fresh item emitted;
-    items read ahead are re-read on restore. The echo buffer is not saved.
-
-    Threads stop on :meth:`close` or leaving a ``with`` block, on an exception in
-    ``next()``, on garbage collection, and a second after the consumer stopped reading.
-    A thread inside a hung read is a daemon that exits when the read returns. Upstream
-    exceptions are re-raised here with their type and traceback; after any exception
-    in ``next()`` every later ``next()`` raises a RuntimeError chained to it, and
-    ``load_state_dict(state_dict())`` resumes where the consumer stopped.
+    The first ``min_fresh`` items of a pass (and after a restore) are fresh. The pass
+    ends once the upstream is exhausted and every item read has been emitted. The
+    checkpoint holds counters and the upstream state after the last fresh item emitted
+    (items read ahead are re-read; the buffer is not saved). The thread stops on
+    :meth:`close` or leaving a ``with`` block, on an exception in ``next()``, on garbage
+    collection, and a second after the consumer stopped reading. Upstream exceptions
+    are re-raised with their type and traceback; after any exception in ``next()``,
+    later calls raise a RuntimeError chained to it.
 
     Args:
         upstream: any iterable of batches: a DataLoader, a Ray iterator, a Stage.
         max_factor: the most uses of one fresh item, an int >= 1 (1: never echo). The
-            paper's gains grow up to e ≈ 4-8, and about 4 repetitions of data are nearly
-            as good as fresh data (Muennighoff et al., 2023).
+            paper's gains grow up to e ≈ 4-8; about 4 repetitions of data are nearly as
+            good as fresh data (Muennighoff et al., 2023).
         min_fresh: fresh items at the start of each pass before echoing may begin.
-        buffer_size: recent items echoes are drawn from; 1: the latest only, as in the
-            paper. Loaders deliver in bursts, whose other items the latest-only rule
-            never echoes (``benchmarks/results/bursts.md``). That many items stay alive.
+        buffer_size: recent items echoes are drawn from (kept alive); 1: the latest, as
+            in the paper, which never echoes the rest of a burst
+            (``benchmarks/results/bursts.md``).
         prefetch: fresh items the thread reads ahead.
-        min_gap: steps between two uses of one item, at least; 0: none. It spreads the
-            copies where only the newest items have budget left (a far slower upstream).
+        min_gap: steps between two uses of one item, at least: spreads the copies
+            where only the newest items have budget left; 0: none.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
         size: examples in an item, for accounting; default ``sizes.default_size``.
         agree: cross-rank agreement, e.g. ``dataecho.torch.distributed.RankAgreement()``,
             so every DDP rank takes the same decisions and number of steps.
         feed: builds the feed from a ``produce()`` function; default a
-            :class:`~dataecho.adaptive.Prefetcher`. Tests pass a ``SimulatedFeed``.
+            :class:`~dataecho.adaptive.Prefetcher` (tests pass a ``SimulatedFeed``).
         clock: seconds counter for the stall accounting; default ``time.perf_counter``.
 
     Example:
@@ -133,20 +127,15 @@ class AdaptiveEcho(Stage[T]):
         self._first: float | None = None  # clock at the first next()
         self._end: float | None = None  # clock when the pass ended
         self._blocked = 0.0  # seconds inside next(), echoes on the lane excepted
-        # The echo lane: the scheduler's echoes for the next steps (Scheduler.ahead),
-        # popped while nothing fresh is ready; the prefetch thread marks it when that
-        # changes (Channel.plan). None when closed.
-        self._lane: list[Any] | None = None
+        self._lane: list[Any] | None = None  # Scheduler.ahead's echoes, popped (see _arm)
         self._horizon = 1  # steps the next lane plans
         self._fresh_step = 0  # the step that took the latest fresh item
 
     def __next__(self) -> T:
         lane = self._lane
-        if lane:
-            # The hot path of an input-bound step: the scheduler's answer for it, taken
-            # when the lane opened. An echo cannot wait: left out of the blocked time.
-            echo = lane.pop()
-            if echo is not lane:  # the mark: a fresh item is ready, or the thread stopped
+        if lane:  # an input-bound step: the scheduler's answer, taken when the lane opened
+            echo = lane.pop()  # (an echo cannot wait: left out of the blocked time)
+            if echo is not lane:  # else the mark: a fresh item is ready, or the thread ended
                 return echo  # type: ignore[no-any-return]
         if lane is not None:
             self._settle()
@@ -193,11 +182,12 @@ class AdaptiveEcho(Stage[T]):
             "the last item emitted, or build a new stage") from err
 
     def _arm(self, fresh: bool) -> None:
-        """Opens the lane where one process's warm pass reads through a Prefetcher.
+        """Opens the echo lane (one process, a warm pass, a Prefetcher, nothing ready).
 
-        After a step that took a fresh item (``fresh``) the lane plans one step past
-        the run of echoes before it, the likely run ahead; after a lane that ran out,
-        twice as many steps.
+        The lane holds the scheduler's echoes for the next steps; the prefetch thread
+        marks it once a fresh item is ready or it stopped (``Channel.plan``). After a
+        step that took a fresh item (``fresh``) it reaches one step past the run of
+        echoes before, the likely run ahead; after a lane that ran out, twice as far.
         """
         schedule = self._schedule
         if fresh:
@@ -231,12 +221,9 @@ class AdaptiveEcho(Stage[T]):
             channel.plan = None
         self._schedule.settle()
 
-    def _open(self) -> Feed[Any]:
-        if self._feed is None:
-            self._schedule.resume = self.upstream.state_dict()
-            self._feed = self._schedule.feed = self._make_feed(
-                reader(self.upstream, self._size))
-        return self._feed
+    def _open(self) -> None:
+        self._schedule.resume = self.upstream.state_dict()
+        self._feed = self._schedule.feed = self._make_feed(reader(self.upstream, self._size))
 
     def _stop_feed(self, wait: float = 5.0) -> None:
         if self._lane is not None:

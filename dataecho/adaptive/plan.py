@@ -4,9 +4,7 @@ Whenever the consumer wants data: take the fresh items that are ready, fill the
 shortfall with echoes of recent items while their budget lasts, and wait only when
 neither suffices. The realised factor thus tracks ``R = t_upstream / t_downstream``,
 capped by ``max_factor``, and is exactly 1 when ``R <= 1``. Timing enters only through
-a :class:`Feed`, so :class:`~dataecho.adaptive.sim.SimulatedFeed` replays the
-decisions deterministically. :class:`~dataecho.adaptive.schedule.Scheduler` applies
-it at every step.
+a :class:`Feed`. :class:`~dataecho.adaptive.schedule.Scheduler` applies it at each step.
 """
 
 from __future__ import annotations
@@ -28,10 +26,7 @@ class Feed(Protocol[T_co]):
         ...
 
     def wait(self) -> None:
-        """Waits until an item is ready or none will follow, taking nothing.
-
-        Raises TimeoutError where ``get`` would: a hung upstream.
-        """
+        """Waits until an item is ready or none will follow, taking nothing (TimeoutError)."""
         ...
 
     def get(self) -> T_co:

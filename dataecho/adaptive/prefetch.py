@@ -1,13 +1,10 @@
 """A background thread that reads upstream ahead of the consumer into a bounded queue.
 
-The thread holds no reference to its owner, so an owner that is dropped (a ``break``
-out of an unnamed loop, garbage collection) is finalised and stops it. A thread whose
-queue stays full for ``park_after`` seconds (the consumer left the loop) returns and
-is restarted transparently when the consumer reads again, so an abandoned loop leaves
-no thread behind either. The one thread no one can stop is one inside a read that
-hangs: it is a daemon, and exits once that read returns. Upstream exceptions are
-handed to the consumer and raised there as the same object, with its original type and
-traceback.
+The thread holds no reference to its owner, so a dropped owner is finalised and stops
+it; a thread whose queue stays full for ``park_after`` seconds (the consumer left the
+loop) returns, and restarts when the consumer reads again. Only a thread inside a hung
+read cannot be stopped: a daemon, it exits when the read returns. Upstream exceptions
+are raised in the consumer as the same object, with their type and traceback.
 """
 
 from __future__ import annotations
@@ -38,13 +35,11 @@ class Channel(Generic[T]):
     The consumer may read ``items`` (its length) and the flags ``done`` and ``stop``
     without the lock: each is one read under the GIL, and the flags only turn True.
 
-    ``plan`` is the consumer's: a list of echoes it pops from while nothing is ready
-    (:class:`~dataecho.adaptive.AdaptiveEcho`), set without the lock before it looks at
-    ``items`` and ``running`` once more. When an item arrives or the producer exits, the
-    producer appends that list to itself, a mark no item can be, and clears ``plan``
-    (after the append or the exit, so one of the two sees the other): the consumer's
-    next pop returns the mark, so it looks at the queue again without reading it on
-    every step.
+    ``plan`` is the consumer's echo lane (:class:`~dataecho.adaptive.AdaptiveEcho`),
+    set without the lock before it looks at ``items`` and ``running`` once more. When
+    an item arrives or the producer exits, the producer appends the list to itself, a
+    mark no item can be, and clears ``plan``: the consumer's next pop returns the mark,
+    so it need not look at the queue on every step.
     """
 
     __slots__ = ("cond", "depth", "done", "error", "items", "plan", "producer", "running",
@@ -77,9 +72,8 @@ class Channel(Generic[T]):
 
 
 def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> None:
-    # Every exit clears ``running`` in the same critical section that decided to exit:
-    # clearing it later (in a ``finally``) left a window in which a consumer saw a
-    # producer "running", started none, and waited on a thread that had already quit.
+    # Every exit clears ``running`` in the critical section that decided it: cleared
+    # later, a consumer could see a producer "running" that had already quit, and wait.
     try:
         while True:
             with ch.cond:
@@ -89,13 +83,10 @@ def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> Non
                     return _exit(ch)  # closed, or parked: nobody read for park_after s
             try:
                 item = produce()
-            except StopIteration:
+            except BaseException as err:  # the end, or an error handed to the consumer
                 with ch.cond:
+                    ch.error = None if isinstance(err, StopIteration) else err
                     ch.done = True
-                    return _exit(ch)
-            except BaseException as err:  # handed over to the consumer
-                with ch.cond:
-                    ch.error, ch.done = err, True
                     return _exit(ch)
             with ch.cond:
                 if ch.stop:
@@ -120,10 +111,9 @@ class Prefetcher(Generic[T]):
 
     Args:
         produce: returns the next item; raises StopIteration at the end. It runs in
-            the thread, so it must not touch state the consumer uses meanwhile.
+            the thread: it must not touch state the consumer uses meanwhile.
         depth: queue length, an int >= 1.
-        timeout: seconds :meth:`get` waits for one item before raising TimeoutError;
-            None waits forever.
+        timeout: seconds :meth:`get` waits for an item before TimeoutError; None: forever.
         park_after: seconds with a full queue after which the thread exits until
             the next read.
         name: the thread's name.
@@ -138,8 +128,7 @@ class Prefetcher(Generic[T]):
     def __init__(self, produce: Callable[[], T], *, depth: int = 2,
                  timeout: float | None = 120.0, park_after: float = 1.0,
                  name: str = "dataecho-prefetch") -> None:
-        #: The queue and flags shared with the thread (read-only for consumers but
-        #: for ``plan``).
+        #: The queue and flags shared with the thread (read-only but for ``plan``).
         self.channel: Channel[T] = Channel(check_positive_int(depth, "prefetch"))
         self._produce, self.timeout = produce, check_timeout(timeout)
         self._park_after, self._name = park_after, name
@@ -157,9 +146,7 @@ class Prefetcher(Generic[T]):
 
     def ready(self) -> int:
         """Items :meth:`get` returns without waiting."""
-        ch = self.channel
-        # Read without the lock: a deque's length and the flags are single reads under
-        # the GIL, and the lock is taken only to start a thread that is not running.
+        ch = self.channel  # no lock but to start a thread: see Channel
         if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
             with ch.cond:
                 self._ensure_running()
@@ -202,12 +189,8 @@ class Prefetcher(Generic[T]):
     def wait(self) -> None:
         """Returns once :meth:`get` would not wait: an item is ready, or none will follow.
 
-        Takes nothing, so ranks can agree on a take after the wait. Waits up to
-        ``timeout`` seconds, like :meth:`get`; an upstream error is left for
-        :meth:`get` to raise (:meth:`finished` is then True).
-
-        Raises:
-            TimeoutError: nothing arrived within ``timeout`` seconds.
+        Takes nothing, so ranks can agree on a take after the wait; an upstream error is
+        left for :meth:`get`. TimeoutError after ``timeout`` seconds, like :meth:`get`.
         """
         with self.channel.cond:
             self._await()
@@ -229,8 +212,7 @@ class Prefetcher(Generic[T]):
     def close(self, wait: float = 5.0) -> None:
         """Stops the thread, discarding queued items; waits up to ``wait`` seconds.
 
-        A thread blocked inside a hung ``produce()`` cannot be interrupted; it is a
-        daemon and exits as soon as that call returns.
+        A thread inside a hung ``produce()`` is a daemon that exits when it returns.
         """
         self._finalizer()
         thread = self._thread
@@ -242,9 +224,8 @@ def reader(upstream: Stage[Any], size: Callable[[Any], int]
            ) -> Callable[[], tuple[Any, State, int]]:
     """The thread's job for a stage: read one item, note the state after it and its size.
 
-    The state lets the consumer checkpoint the position of the last item it took. A
-    closure over the upstream only, never the downstream stage, so that stage can be
-    garbage-collected while the thread runs.
+    The state is the checkpoint of the last item the consumer took. A closure over the
+    upstream only, so the downstream stage can be garbage-collected while it runs.
 
     Example:
         >>> from dataecho import Source

@@ -15,10 +15,9 @@ Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in
 class Scheduler:
     """Decides each step of an adaptive stage by :func:`~dataecho.adaptive.plan.plan`.
 
-    :meth:`step` fills a step with fresh items and echoes, each echo of one item the
-    ``(seed, step)``-keyed pick of :meth:`echo`. :meth:`ahead` takes its answers for
-    the next steps at once, for a lane to emit while nothing fresh arrives. It keeps
-    the counts a checkpoint saves.
+    :meth:`step` fills a step with fresh items and echoes (one item's echo: :meth:`echo`);
+    :meth:`ahead` takes its answers for the next steps at once, for a lane to emit while
+    nothing fresh arrives. It keeps the counts a checkpoint saves.
 
     Args:
         buffer: the recent fresh items, as ``(value, size in examples)``.
@@ -47,12 +46,11 @@ class Scheduler:
     def step(self, need: int) -> list[Copy]:
         """Fresh items and echoes for one step, as agreed with the other ranks.
 
-        Every take follows a vote, so all ranks take the same items in the same rounds
-        and vote equally often. On "block" a rank only waits until it has an item or
-        knows none will come, then votes again: the awaited item is taken only if every
-        rank has one, and the step stops everywhere if any rank's upstream ended during
-        the wait (taking it at once let the other ranks finish a step this one could
-        not, so their later all-reduces paired with the wrong steps).
+        Every take follows a vote, so all ranks take the same items in the same rounds.
+        On "block" a rank waits until it has an item or knows none will come, then votes
+        again: the step stops everywhere if any rank's upstream ended during the wait
+        (taking the item at once let the other ranks finish a step this one could not,
+        pairing their later all-reduces with the wrong steps).
         """
         feed, buffer, out = self.feed, self.buffer, []
         if buffer.gap:
@@ -108,11 +106,10 @@ class Scheduler:
     def ahead(self, horizon: int) -> list[Any] | None:
         """What :meth:`step` emits at the next ``horizon`` steps of one item, none fresh.
 
-        For one process in a warm pass. The buffer takes them now, under a record;
-        :meth:`settle` keeps the steps emitted and undoes the rest, so the buffer and the
-        counts are as if each step had been decided on its own. Returns the values last
-        first, as :attr:`lane`, to be popped; a mark (the list appended to itself) ends
-        it early. None: nothing to echo.
+        For one process in a warm pass. Taken now, under a buffer record: :meth:`settle`
+        keeps the steps emitted and undoes the rest, as if each was decided on its own.
+        Returns :attr:`lane`, the values last first, to pop until a mark (the list
+        appended to itself) ends it; None: nothing to echo.
         """
         buffer, echo = self.buffer, self.echo
         if not (buffer.entries or buffer.cooling):

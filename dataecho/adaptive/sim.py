@@ -1,9 +1,5 @@
-"""A simulated clock and feed: the adaptive decisions replayed without threads or sleeps.
-
-:class:`SimulatedFeed` models the prefetch thread exactly on a :class:`SimClock`, so
-tests and ``benchmarks/bursts.py`` can run :class:`~dataecho.adaptive.AdaptiveEcho`
-at any ``R`` deterministically.
-"""
+"""A simulated clock and feed: the adaptive decisions replayed without threads or sleeps,
+deterministically at any ``R`` (tests, ``benchmarks/bursts.py``)."""
 
 from __future__ import annotations
 

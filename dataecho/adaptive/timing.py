@@ -1,9 +1,6 @@
-"""Stall accounting of an adaptive stage: how long its consumer was blocked on data.
-
-An adaptive stage reports it through ``timing()``, as ``time inside next() / wall
-time``: the stall fraction that :class:`~dataecho.profiler.Monitor` measures around
-any loader.
-"""
+"""Stall accounting of an adaptive stage: ``time inside next() / wall time``, as its
+``timing()`` reports it (the stall fraction :class:`~dataecho.profiler.Monitor` measures
+around any loader)."""
 
 from __future__ import annotations
 
