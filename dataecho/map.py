@@ -74,9 +74,12 @@ class Map(Stage[U]):
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Map")
-        position = state_int(state, "position", "Map", maximum=2**64 - 1,
-                             rule="items transformed so far; the per-item generators are "
-                             "the 2**64 substreams of one stream")
+        position = state_int(state, "position", "Map", rule="items transformed so far")
+        if position >= 2**64:  # Stream.at would wrap round to position - 2**64's generator
+            raise ValueError(
+                f"state of Map has position={position}, but it must be below 2**64 (the "
+                "per-item generators are the 2**64 substreams of one stream): the checkpoint "
+                "is damaged; pass the dict saved from this one's checkpoint")
         self.upstream.load_state_dict(upstream)
         self._position = position
 

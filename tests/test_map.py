@@ -54,6 +54,6 @@ def test_a_position_beyond_the_generators_substreams_is_refused_naming_the_rule(
     stage = Map(Echo([1, 2], 2), noise, seed=5)
     state = {**stage.state_dict(), "position": 2**64}
     with pytest.raises(ValueError, match=r"state of Map has position=18446744073709551616, but "
-                                         r"it must be an int in \[0, 18446744073709551615\] "
-                                         r"\(items transformed so far; the per-item generators"):
+                                         r"it must be below 2\*\*64 \(the per-item generators "
+                                         r"are the 2\*\*64 substreams of one stream\)"):
         Map(Echo([1, 2], 2), noise, seed=5).load_state_dict(state)
