@@ -24,17 +24,27 @@ _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _CHUNK = 1 << 20  # hashing reads 1 MiB at a time, so a large shard never sits in memory
 _BLOCK = 512  # tar's unit: a header, or a member's data padded with zeros to a multiple
 _ZERO = bytes(_BLOCK)  # two of them end the archive
-_USTAR = b"ustar\0"  # POSIX ustar's magic; GNU's ("ustar  \0") keeps other fields at 345:500
 # Type flags, as byte values: regular files (a NUL is pre-POSIX, "7" contiguous), the
 # members whose data tarfile does not skip (links, devices, directories, FIFOs), the
 # extension headers that describe the next member ("L", "K" GNU long name and link;
-# "x", "X" PAX, "g" PAX global, whose records we ignore) and GNU sparse files.
+# "x", "X" PAX, "g" PAX global, whose records must not set a path or size) and GNU
+# sparse files.
 _REGULAR = frozenset(b"0\x007")
 _NO_DATA = frozenset(b"123456")
-_LONG_NAME, _SPARSE = ord("L"), ord("S")
+_LONG_NAME, _SPARSE, _GLOBAL, _DIRECTORY = ord("L"), ord("S"), ord("g"), ord("5")
 _PAX = frozenset(b"xX")
 _EXTENSIONS = frozenset(b"LKxXg")
 _GNU = frozenset(b"LKS")
+# The numeric fields tarfile reads from every header (mode, uid, gid, size, mtime,
+# checksum, device major and minor): a header where one is no number ends its walk.
+_NUMBERS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (148, 156),
+            (329, 337), (337, 345))
+# The fast path: mode to checksum, and the device numbers, as tarfile and GNU tar write
+# them (octal digits ended by a NUL or space); anything else goes field by field.
+_FIELDS = re.compile(rb"(?:[0-7]{7}[\0 ]){3}([0-7]{11})[\0 ][0-7]{11}[\0 ]([0-7]{6})\0 "
+                     rb".{173}(?:\0{8}|[0-7]{7}[\0 ]){2}", re.DOTALL)
+_OCTAL = re.compile(rb"[0-7]*")
+_RECORD = re.compile(rb"([0-9]{1,20}) ")  # a PAX record's length and its space
 
 Digest = tuple[int, str | None]
 
@@ -104,9 +114,13 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
 
     The tar headers are parsed here rather than by :mod:`tarfile`, which spends more
     time on a member's header than a small sample takes to decode. POSIX ustar (with
-    its name prefix), PAX extended headers (``path`` and ``size``; global headers are
-    ignored), GNU long names and base-256 sizes are read; gzip-compressed shards are
-    streamed through :mod:`gzip`.
+    its name prefix), PAX extended headers (``path`` and ``size``), GNU long names and
+    base-256 numbers are read as :mod:`tarfile` reads them; gzip-compressed shards are
+    streamed through :mod:`gzip`. The reader is at least as strict as :mod:`tarfile`:
+    where ``tarfile`` would stop early or read garbage, this raises. A shard that ends
+    before its end-of-archive marker (two zero blocks) is an error, so a shard cut at
+    a member boundary is caught. No read goes past what the shard holds: a size field
+    larger than the rest of the shard is an error before anything is read.
 
     Args:
         fileobj: the shard, opened for binary reading and seekable.
@@ -115,9 +129,13 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
             of an uncompressed shard is seeked past.
 
     Raises:
-        ShardError: not a tar file, truncated, a damaged member header (bad checksum),
-            a sparse member, a member of a sample appears twice, or a sample's members
-            are not adjacent; the message names the shard and sample.
+        ShardError: not a tar file; truncated (a member, a header, or the end-of-archive
+            marker missing); a damaged member header (bad checksum, a number field that
+            is neither octal nor base-256, a negative size); a malformed PAX record or a
+            global PAX header that sets ``path`` or ``size``; a sparse member; a gzip
+            error; data after the end of the archive; a member of a sample appearing
+            twice, or a sample's members not adjacent. The message names the shard and
+            the byte offset (of the decompressed stream, for a gzip shard).
 
     Example:
         >>> import io, tarfile
@@ -131,15 +149,8 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
         [{'__key__': 'a', '__url__': 's.tar', 'png': b'x', 'cls': b'3'}]
     """
     compressed = fileobj.read(2) == b"\x1f\x8b"  # gzip checks its own length and CRC
-    end: int | None = None  # the size of an uncompressed shard, to tell a seek past its end
-    if not compressed:
-        # A tar cut at a member boundary reads as a shorter valid one; every tar writer
-        # ends the archive with two zero blocks, so their absence is the tell.
-        end = fileobj.seek(0, 2)
-        fileobj.seek(max(end - 1024, 0))
-        if end < 1024 or fileobj.read(1024) != bytes(1024):
-            raise ShardError(f"shard {shard!r} is not a valid tar file (it does not end with "
-                             "two zero blocks: truncated?); fetch it again or rewrite it")
+    # The size of an uncompressed shard bounds every size field before a read or seek.
+    end = None if compressed else fileobj.seek(0, 2)
     fileobj.seek(0)
     stream: IO[bytes] | gzip.GzipFile = fileobj
     if compressed:  # streamed, never seeked: gzip can only seek by decompressing
@@ -151,6 +162,7 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
     offset = 0  # where `header` starts in the (decompressed) tar stream
     long_name: str | None = None  # from a GNU long name or PAX header, for the next member
     pax_size: int | None = None
+    extended = False  # an extension header waits for its member
 
     def where() -> str:
         return f" after sample {key!r}" if key is not None else ""
@@ -162,6 +174,12 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
         return ShardError(f"shard {shard!r} has a damaged member header{where()} at byte "
                           f"{offset} ({why}); fetch it again or rewrite it")
 
+    def truncated(raw: bytes | str, got: int, size: int) -> ShardError:
+        name = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+        return ShardError(f"shard {shard!r} is not a valid tar file (member {name!r} at byte "
+                          f"{offset} is truncated: {got} of its {size} bytes){where()}; "
+                          "fetch it again or rewrite it")
+
     def fill(chunk: bytes, want: int) -> bytes:
         # Files and BytesIO return all that was asked for short of the end; a stream
         # that returns less is read until it has it or ends.
@@ -169,26 +187,34 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
             chunk += more
         return chunk
 
-    def take(size: int, name: str, before: int = 0) -> tuple[bytes, bytes]:
-        """The member's next ``size`` data bytes and the next header, in one read if small.
-
-        ``before`` counts the member's bytes already read, for the error message.
-        """
+    def take(size: int, name: bytes | str) -> tuple[bytes, bytes]:
+        """The member's ``size`` data bytes and the next header, in one read if small."""
+        # A size past the end of an uncompressed shard is refused before any read, so
+        # a damaged size field never allocates more than the shard holds.
+        if end is not None and offset + _BLOCK + size > end:
+            raise truncated(name, max(end - offset - _BLOCK, 0), size)
         padded = -size & 511
-        if size < _CHUNK:
-            want = size + padded + _BLOCK
+        want = size + padded + _BLOCK
+        if want <= _CHUNK:
             chunk = read(want)
             if len(chunk) < want:
                 chunk = fill(chunk, want)
             data, header = chunk[:size], chunk[size + padded : want]
-        else:  # slicing a large member out of one read would copy it once more
+        elif end is not None:  # slicing a large member out of one read would copy it again
             data = fill(read(size), size)
             header = fill(read(padded + _BLOCK), padded + _BLOCK)[padded:]
+        else:  # a gzip stream: its size is unknown, so read no more than it yields
+            parts, got = [], 0
+            while got < size and (part := read(min(size - got, _CHUNK))):
+                parts.append(part)
+                got += len(part)
+            data = b"".join(parts)
+            header = fill(read(padded + _BLOCK), padded + _BLOCK)[padded:]
         if len(data) < size:
-            raise truncated(name, before + len(data), before + size)
+            raise truncated(name, len(data), size)
         return data, header
 
-    def past(size: int, name: str) -> bytes:
+    def past(size: int, name: bytes | str) -> bytes:
         """Passes over the member's data; returns the next header."""
         if end is not None:
             if offset + _BLOCK + size > end:
@@ -201,35 +227,35 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
             if got < _CHUNK:
                 raise truncated(name, done + got, size)
             done += _CHUNK
-        return take(size - done, name, done)[1]
-
-    def truncated(name: str, got: int, size: int) -> ShardError:
-        return ShardError(f"shard {shard!r} is not a valid tar file (member {name!r} at byte "
-                          f"{offset} is truncated: {got} of its {size} bytes){where()}; "
-                          "fetch it again or rewrite it")
+        return take(size - done, name)[1]
 
     try:
         header = fill(read(_BLOCK), _BLOCK)
         while len(header) == _BLOCK and header != _ZERO:
             try:
-                name, size = _header(header)
+                raw, size, kind = _header(header)
             except ValueError as error:
                 raise damaged(str(error)) from None
-            kind = header[156]
             if kind in _EXTENSIONS:
-                data, next_header = take(size, name)
+                # tarfile reads an extension's padding too: a long name runs to its NUL.
+                data, next_header = take(size + (-size & 511), raw)
                 try:
                     if kind == _LONG_NAME and long_name is None:  # the first one applies
                         long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                     elif kind in _PAX:
-                        long_name, pax_size = _pax(data, long_name, pax_size)
+                        long_name, pax_size = _pax(data, size, long_name, pax_size)
+                    elif kind == _GLOBAL:
+                        _pax(data, size, None, None, scope="global")
                 except ValueError as error:
                     raise damaged(f"a bad extended header: {error}") from None
                 offset += _BLOCK + size + (-size & 511)
-                header = next_header
+                header, extended = next_header, True
                 continue
+            extended = False
             if long_name is not None:
                 name, long_name = long_name, None
+            else:
+                name = raw.decode("utf-8", "surrogateescape")
             if pax_size is not None:
                 size, pax_size = pax_size, None
             if kind == _SPARSE:
@@ -239,7 +265,7 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
             if kind in _NO_DATA:  # links, devices, directories, FIFOs: no data follows
                 size = 0
             match = _KEY.match(name) if kind in _REGULAR else None
-            if match is None or _META.match(name):
+            if match is None or (name.startswith("__") and _META.match(name)):
                 header = past(size, name)
                 offset += _BLOCK + size + (-size & 511)
                 continue
@@ -250,30 +276,47 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
                 skip -= key is not None
                 if base in seen:
                     raise ShardError(f"members of sample {base!r} in shard {shard!r} are "
-                                     "not adjacent; write each sample's files together")
+                                     f"not adjacent (byte {offset}); write each sample's "
+                                     "files together")
                 key, sample = base, {"__key__": base, "__url__": shard}
                 seen.add(base)
             if ext in sample:
                 raise ShardError(f"sample {key!r} in shard {shard!r} has two {ext!r} "
-                                 "members; give each file of a sample its own extension")
+                                 f"members (byte {offset}); give each file of a sample its "
+                                 "own extension")
             if skip <= 0:
                 sample[ext], header = take(size, name)
             else:
                 sample[ext], header = b"", past(size, name)
             offset += _BLOCK + size + (-size & 511)
-        if long_name is not None or pax_size is not None:
+        if extended:
             raise damaged("an extended header with no member after it")
-        if header.strip(b"\0"):
+        if len(header) < _BLOCK:
+            cut = "is cut short" if header else "is missing"
             raise ShardError(f"shard {shard!r} is not a valid tar file (the member header at "
-                             f"byte {offset} is cut short: truncated){where()}; fetch it "
-                             "again or rewrite it")
-        # The archive ends at its first zero block: only zero padding may follow it.
+                             f"byte {offset} {cut}: truncated, no end-of-archive marker)"
+                             f"{where()}; fetch it again or rewrite it")
+        # The archive ends with two zero blocks; only zero padding may follow them.
+        second = fill(read(_BLOCK), _BLOCK)
+        if second != _ZERO:
+            if len(second) == _BLOCK:
+                raise damaged("a zero block, then data: a zeroed member header, or data "
+                              "after the end of the archive")
+            raise ShardError(f"shard {shard!r} is not a valid tar file (it ends at byte "
+                             f"{offset + _BLOCK + len(second)}, inside its end-of-archive "
+                             f"marker of two zero blocks: truncated){where()}; fetch it again "
+                             "or rewrite it")
+        offset += 2 * _BLOCK
         while chunk := read(_CHUNK):
-            if chunk.strip(b"\0"):
+            if chunk != bytes(len(chunk)):
+                offset += len(chunk) - len(chunk.lstrip(b"\0"))
                 raise damaged("data after the end of the archive")
+            offset += len(chunk)
     except (EOFError, OSError, zlib.error) as error:  # gzip's: bad data, cut short
-        raise ShardError(f"shard {shard!r} is not a valid tar file ({error}){where()}; fetch "
-                         "it again or rewrite it") from error
+        at = f"gzip: {error}, at byte {offset} of the decompressed tar" if compressed else (
+            f"{error}, at byte {offset}")
+        raise ShardError(f"shard {shard!r} is not a valid tar file ({at}){where()}; fetch it "
+                         "again or rewrite it") from error
     if key is not None and skip <= 0:
         yield sample
 
@@ -283,7 +326,9 @@ def tar_number(field: bytes) -> int:
 
     Writers store a number as octal ASCII digits ended by a NUL or a space; one too
     large for them (a size of 8 GiB or more) as a big-endian two's-complement number
-    whose first byte has its high bit set (GNU tar, POSIX ``star``, Python's ``tarfile``).
+    after a first byte of 0x80 (positive) or 0xff (negative), as GNU tar, POSIX
+    ``star`` and Python's ``tarfile`` do. Spaces may pad the digits; whatever follows
+    the first NUL is ignored, as :mod:`tarfile` ignores it.
 
     Raises:
         ValueError: the field is neither octal digits nor base-256; its header is damaged.
@@ -294,60 +339,92 @@ def tar_number(field: bytes) -> int:
         >>> tar_number(b"\x80" + (9 << 30).to_bytes(11, "big"))  # 9 GiB, past octal's 8 GiB
         9663676416
     """
-    if field and field[0] & 0x80:
-        value = int.from_bytes(field, "big") & ~(1 << (8 * len(field) - 1))
-        # The remaining bits are a two's-complement number: 0xff... starts a negative one.
-        return value - (1 << (8 * len(field) - 1)) if field[0] & 0x40 else value
-    digits = field.split(b"\0", 1)[0].strip()
-    try:
-        return int(digits, 8) if digits else 0
-    except ValueError:
-        raise ValueError(f"the number field {bytes(field)!r} is neither octal digits nor "
-                         "base-256 (high bit set)") from None
+    if field[:1] == b"\x80":
+        return int.from_bytes(field[1:], "big")
+    if field[:1] == b"\xff":
+        return int.from_bytes(field[1:], "big") - (1 << 8 * (len(field) - 1))
+    digits = field.split(b"\0", 1)[0].strip(b" ")
+    if _OCTAL.fullmatch(digits) is None:
+        raise ValueError(f"the number field {bytes(field)!r} is neither octal digits (padded "
+                         "with spaces, ended by a NUL) nor base-256 (first byte 0x80 or 0xff)")
+    return int(digits, 8) if digits else 0
 
 
-def _header(block: bytes) -> tuple[str, int]:
-    """The name and size of a 512-byte header, after checking its checksum."""
+def _header(block: bytes) -> tuple[bytes, int, int]:
+    """The name, size and type flag of a 512-byte header, after checking its fields."""
+    fields = _FIELDS.match(block, 100)  # what tarfile and GNU tar write: octal digits
+    if fields is not None:
+        digits, checksum = fields.group(1, 2)
+        size, stored = int(digits, 8), int(checksum, 8)
+    else:  # other writers, base-256 numbers, or damage: each field as tarfile reads it
+        numbers = [tar_number(block[a:b]) for a, b in _NUMBERS]
+        size, stored = numbers[3], numbers[5]
     # The checksum is the byte sum of the header with its own field read as spaces.
     # adler32's low half is 1 + the byte sum mod 65521; a 256-byte half sums to at most
     # 65280, so two halves give the exact sum without a Python loop over the bytes.
     total = (adler32(block[:256]) & 0xFFFF) + (adler32(block[256:]) & 0xFFFF) - 2
     total += 256 - sum(block[148:156])
-    stored = tar_number(block[148:156])
     if stored != total and stored != total - 256 * sum(
             b >= 128 for b in block[:148] + block[156:]):  # old writers summed signed bytes
         raise ValueError("bad checksum")
-    size = tar_number(block[124:136])
     if size < 0:
         raise ValueError(f"a negative size {size}")
+    kind = block[156]
     end = block.find(0, 0, 100)
     name = block[: end if end >= 0 else 100]
-    if block[257:263] == _USTAR and block[345] and block[156] not in _GNU:
+    if kind == 0 and name.endswith(b"/"):  # a pre-POSIX directory, as tarfile reads it
+        kind = _DIRECTORY
+    if block[345] and kind not in _GNU:  # tarfile joins a prefix whatever the magic
         end = block.find(0, 345, 500)
         name = block[345 : end if end >= 0 else 500] + b"/" + name
-    return name.decode("utf-8", "surrogateescape"), size
+    return name, size, kind
 
 
-def _pax(data: bytes, name: str | None, size: int | None) -> tuple[str | None, int | None]:
-    """The ``path`` and ``size`` records of a PAX extended header, where not set before.
+def _pax(data: bytes, size: int, name: str | None, length: int | None, *,
+         scope: str = "extended") -> tuple[str | None, int | None]:
+    """The ``path`` and ``size`` records of a PAX header, where not set before.
 
-    A record is ``"<length> <keyword>=<value>\\n"``, its length counting itself.
+    ``data`` is the header's data with its padding, ``size`` bytes of records. A record
+    is ``"<length> <keyword>=<value>\\n"``, its length counting itself; within a header
+    the last record of a keyword wins, as in :mod:`tarfile`.
     """
+    path = value = None
     pos = 0
-    while pos < len(data) and data[pos]:  # the data may end with NUL padding
-        space = data.index(b" ", pos)
-        stop = pos + int(data[pos:space])
-        keyword, equals, value = data[space + 1 : stop - 1].partition(b"=")
-        if not equals or stop > len(data) or data[stop - 1] != 0x0A:
+    while pos < size:
+        match = _RECORD.match(data, pos, size)
+        stop = pos + int(match.group(1)) if match else pos
+        equals = data.find(b"=", match.end(), stop) if match else -1
+        if match is None or equals <= match.end() or stop > size or data[stop - 1] != 0x0A:
+            if data[pos:size] == bytes(size - pos):
+                break  # NUL padding inside the size, as some writers leave it
             raise ValueError(f"a malformed record {pos} bytes into its data")
-        if keyword == b"path" and name is None:
-            name = value.decode("utf-8", "surrogateescape").rstrip("/")
-        elif keyword == b"size" and size is None:
-            size = int(value)
+        keyword = data[match.end() : equals]
+        if keyword == b"path":
+            path = data[equals + 1 : stop - 1]
+        elif keyword == b"size":
+            value = data[equals + 1 : stop - 1]
+        elif keyword == b"hdrcharset":
+            charset = data[equals + 1 : stop - 1]
+            try:  # tarfile fails on anything else
+                charset.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"a hdrcharset record {charset[:30]!r} that is not UTF-8"
+                                 ) from None
         elif keyword.startswith(b"GNU.sparse."):
             raise ValueError("a sparse member, which this reader does not expand")
         pos = stop
-    return name, size
+    if not data.endswith(_ZERO[: len(data) - size]):
+        raise ValueError("bytes other than NUL in the padding after its records")
+    if scope == "global" and (path is not None or value is not None):
+        raise ValueError("a global header that sets 'path' or 'size' for every later "
+                         "member, which this reader does not apply")
+    if name is None and path is not None:
+        name = path.decode("utf-8", "surrogateescape").rstrip("/")
+    if length is None and value is not None:
+        if not value.isdigit() or len(value) > 20:
+            raise ValueError(f"a size record {value[:30]!r} that is not a decimal number")
+        length = int(value)
+    return name, length
 
 
 def sha256(fileobj: IO[bytes]) -> Digest:
