@@ -358,3 +358,10 @@ def test_keyboard_interrupt_while_waiting_stops_the_thread():
     wait_until(lambda: not prefetch_threads())
     with pytest.raises(RuntimeError, match="stopped at an earlier KeyboardInterrupt"):
         next(stage)
+
+
+def test_a_checkpoint_in_the_format_before_min_gap_is_refused_by_its_version():
+    state = AdaptiveEcho([1, 2, 3]).state_dict()
+    config = {k: v for k, v in state["config"].items() if k != "min_gap"}  # absent at 0
+    with pytest.raises(ValueError, match=r"has version 1 but this dataecho expects version 2"):
+        AdaptiveEcho([1, 2, 3]).load_state_dict({**state, "version": 1, "config": config})

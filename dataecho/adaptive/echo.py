@@ -15,7 +15,7 @@ from ..sizes import default_size
 from ..stage import Stage, State
 from .buffer import EchoBuffer
 from .plan import Agreement, Feed, alone
-from .prefetch import Prefetcher, reader
+from .prefetch import Channel, Prefetcher, reader
 from .schedule import Scheduler
 from .timing import AdaptiveStats
 
@@ -128,6 +128,7 @@ class AdaptiveEcho(Stage[T]):
         self._end: float | None = None  # clock when the pass ended
         self._blocked = 0.0  # seconds inside next(), echoes on the lane excepted
         self._lane: list[Any] | None = None  # Scheduler.ahead's echoes, popped (see _arm)
+        self._channel: Channel[Any] | None = None  # the Prefetcher's, where a lane may open
         self._horizon = 1  # steps the next lane plans
         self._fresh_step = 0  # the step that took the latest fresh item
 
@@ -189,23 +190,19 @@ class AdaptiveEcho(Stage[T]):
         step that took a fresh item (``fresh``) it reaches one step past the run of
         echoes before, the likely run ahead; after a lane that ran out, twice as far.
         """
-        schedule = self._schedule
-        if fresh:
-            taken = schedule.steps - 1
-            self._horizon = max(1, min(taken - self._fresh_step, _MAX_HORIZON))
-            self._fresh_step = taken
+        schedule, channel = self._schedule, self._channel
+        if fresh:  # (no min() or max(): this runs on every step that is not on the lane)
+            run, self._fresh_step = schedule.steps - 1 - self._fresh_step, schedule.steps - 1
+            self._horizon = 1 if run < 1 else run if run < _MAX_HORIZON else _MAX_HORIZON
         else:
             self._horizon = min(2 * self._horizon, _MAX_HORIZON)
-        feed = self._feed
-        if not (self.one_item_steps and self._solo and schedule.warm >= self.min_fresh
-                and isinstance(feed, Prefetcher)) or feed.channel.items:
+        if channel is None or channel.items or schedule.warm < self.min_fresh:
             return  # (a fresh item is ready: the next step takes it)
         lane = schedule.ahead(self._horizon)
         if lane:
             # Publish, then look (no lock): an item that arrived before is seen here,
             # one that arrives after finds the lane and marks it, for the producer
             # appends the item (or clears ``running``) before it reads ``plan``.
-            channel = feed.channel
             channel.plan = lane
             if not channel.items and channel.running:
                 self._lane = lane
@@ -215,15 +212,16 @@ class AdaptiveEcho(Stage[T]):
 
     def _settle(self) -> None:
         """Books the lane's echoes, undoes the planned steps it did not emit, closes it."""
-        lane, self._lane = self._lane, None
-        channel = self._feed.channel  # type: ignore[union-attr]  # a lane reads a Prefetcher
-        if channel.plan is lane:  # not marked: a mark that comes now lands on a dropped list
-            channel.plan = None
+        lane, self._lane, channel = self._lane, None, self._channel
+        if channel is not None and channel.plan is lane:  # not marked: a mark that comes
+            channel.plan = None  # now lands on a dropped list
         self._schedule.settle()
 
     def _open(self) -> None:
         self._schedule.resume = self.upstream.state_dict()
-        self._feed = self._schedule.feed = self._make_feed(reader(self.upstream, self._size))
+        self._feed = feed = self._schedule.feed = self._make_feed(reader(self.upstream, self._size))
+        laned = self.one_item_steps and self._solo and isinstance(feed, Prefetcher)
+        self._channel = feed.channel if laned else None
 
     def _stop_feed(self, wait: float = 5.0) -> None:
         if self._lane is not None:

@@ -9,6 +9,7 @@ a :class:`Feed`. :class:`~dataecho.adaptive.schedule.Scheduler` applies it at ea
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple, Protocol, TypeVar
 
 T_co = TypeVar("T_co", covariant=True)
@@ -74,6 +75,7 @@ class Plan(NamedTuple):
     stop: bool = False
 
 
+@lru_cache(maxsize=4096)  # pure, and the few answers a stage needs repeat every step
 def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
     """Decides how to fill ``need`` items given an (agreed) vote.
 
@@ -88,7 +90,7 @@ def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
         >>> plan(4, ready=1, capacity=2, ended=False)
         Plan(fresh=1, echoes=0, block=True, stop=False)
     """
-    fresh = ready if ready < need else need  # min(), without its call: a step's hot path
+    fresh = min(ready, need)
     rest = need - fresh
     if rest == 0:
         return Plan(fresh)

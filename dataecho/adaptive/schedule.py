@@ -58,8 +58,10 @@ class Scheduler:
         taken = awaited = 0  # fresh items in out; 1 after a wait: that item comes next
         while need:
             held = len(buffer.entries) if self.warm + taken + awaited >= self.min_fresh else 0
-            finished = feed.finished()  # before ready(): no item can follow a True
-            ready = feed.ready()
+            ready, finished = feed.ready(), False
+            if ready < need:  # the end matters: read it, then ready() again (after a True
+                finished = feed.finished()  # finished(), no item can follow)
+                ready = feed.ready()
             fresh, echoes, block, stop = plan(need, *self.agree(  # min() costs a call
                 ready if ready < need else need, held if held < need else need,
                 finished and not ready))
