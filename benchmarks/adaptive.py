@@ -1,6 +1,7 @@
 """Adaptive echoing with real threads: does the realised factor track R without stalls?
 
 Usage: python benchmarks/adaptive.py [--trials 3] [--steps 300] [--step-ms 10]
+                                     [--baseline OTHER/results/adaptive.json]
 
 The upstream sleeps ``t_up = R * t_down`` per batch (read by AdaptiveEcho's prefetch
 thread), the consumer sleeps ``t_down`` per step. For each R, in the same process:
@@ -18,7 +19,9 @@ after a sleep moves by 2-3x between runs minutes apart). Where neither stage wai
 (R <= the fixed factor), a paired run also steps the two stages in turn, each every
 ``t_down``, so both see the same machine moment (where the fixed factor waits, its
 waits would hand the adaptive stage fresh items it would not have had).
-The machine's load average is recorded before and after. Writes results/adaptive.json
+The machine's load average is recorded before and after. ``--baseline`` takes the JSON
+of another tree's run made just before (the script of that tree, its dataecho on
+PYTHONPATH) and adds each per-step cost over that run's. Writes results/adaptive.json
 and .md.
 """
 
@@ -249,6 +252,20 @@ def next_costs(table: dict[str, dict[str, Any]],
     return out
 
 
+def against(res: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """Per scenario: each tree's adaptive over fixed ``next()`` (the same-run ratio), and
+    this run's adaptive ``next()``, paired ``next()`` and CPU per step over the baseline's."""
+    out: dict[str, Any] = {"code": base["code"], "trials": base["config"]["trials"]}
+    for name, c in res["next_us"].items():
+        b = base["next_us"][name]
+        out[name] = {"same_run": c["ratio"], "baseline_same_run": b["ratio"],
+                     "next": c["adaptive"] / b["adaptive"],
+                     "cpu": c["cpu_adaptive"] / b["cpu_adaptive"]}
+        if "paired_adaptive" in c:
+            out[name]["paired"] = c["paired_adaptive"] / b["paired_adaptive"]
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     cfg, bound = res["config"], res["downstream_bound_steps_per_s"]["steps_per_s"]
     lines = [
@@ -304,6 +321,18 @@ def markdown(res: dict[str, Any]) -> str:
         note = "" if c["applies"] else (" (R > max_factor: the cap holds the factor at "
                                         "max_factor by design; targets do not apply)")
         lines.append(f"- {name}: {marks}{note}")
+    if "baseline" in res:
+        base = res["baseline"]
+        lines += ["", f"Against the baseline run just before, code {base['code']} "
+                  f"({base['trials']} trials): the adaptive stage's cost per step in this run "
+                  "over that run's (medians as above), and in each run adaptive over fixed.", "",
+                  "| scenario | next(): this / baseline | paired next() | CPU per step "
+                  "| adaptive / fixed: this run | baseline run |", "|---|---:|---:|---:|---:|---:|"]
+        for name, c in base.items():
+            if isinstance(c, dict):
+                paired = f"{c['paired']:.2f}x" if "paired" in c else "-"
+                lines.append(f"| {name} | {c['next']:.2f}x | {paired} | {c['cpu']:.2f}x | "
+                             f"{c['same_run']:.2f}x | {c['baseline_same_run']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -316,9 +345,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=Config.trials)
     parser.add_argument("--steps", type=int, default=Config.steps)
     parser.add_argument("--step-ms", type=float, default=Config.step_ms)
+    parser.add_argument("--baseline", type=Path, help="another tree's results JSON")
     args = parser.parse_args()
     cfg = Config(trials=args.trials, steps=args.steps, step_ms=args.step_ms)
     res = run(cfg)
+    if args.baseline:
+        res["baseline"] = against(res, json.loads(args.baseline.read_text()))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "adaptive.json").write_text(json.dumps(res, indent=2) + "\n")
     (RESULTS / "adaptive.md").write_text(markdown(res))
