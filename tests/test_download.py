@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 
 from dataecho import FetchError, fetch
 from dataecho.demo.remote import ShardServer
+from dataecho.download import DEFAULT_DEADLINE, DEFAULT_MAX_BYTES, Downloads
 
 # Every test must leave no server or request thread behind (fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
@@ -144,3 +148,108 @@ def test_changing_the_bandwidth_mid_transfer_sends_every_byte_once(tmp_path: Pat
         while server.bytes_sent < len(payload) and time.monotonic() < deadline:
             time.sleep(0.001)
         assert server.bytes_sent == len(payload)  # no piece sent twice
+
+
+class Endless(BaseHTTPRequestHandler):
+    """Sends a body without end: fast (``/fast``), a byte at a time (``/slow``), or after
+    announcing a terabyte (``/liar``); it stops when the client goes or the test ends."""
+
+    stop = threading.Event()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        if self.path == "/liar":
+            self.send_header("Content-Length", str(10**12))
+        self.end_headers()
+        piece, pause = (b"x", 0.02) if self.path == "/slow" else (bytes(1 << 16), 0.0)
+        with contextlib.suppress(OSError):
+            while not self.stop.is_set():
+                self.wfile.write(piece)
+                if pause:
+                    self.wfile.flush()
+                    time.sleep(pause)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def endless() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    Endless.stop.clear()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        Endless.stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_body_over_max_bytes_is_refused_from_its_length_or_as_it_arrives(root, endless):
+    with ShardServer(root) as server:
+        with pytest.raises(FetchError, match=r"announces 700 bytes \(Content-Length\), more "
+                                             r"than max_bytes=699; pass a larger max_bytes"):
+            fetch(server.url + "/x.bin", max_bytes=699)
+        assert server.requests == 1  # not retried
+        assert fetch(server.url + "/x.bin", max_bytes=700) == b"payload" * 100
+    with pytest.raises(FetchError, match=r"announces 1000000000000 bytes"):
+        fetch(endless + "/liar", retries=3)
+    start = time.monotonic()
+    with pytest.raises(FetchError, match=r"/fast sent more than max_bytes=3000000 bytes; not "
+                                         r"retried"):
+        fetch(endless + "/fast", max_bytes=3_000_000, retries=3)
+    assert time.monotonic() - start < 10
+
+
+def test_the_default_cap_is_two_gib():
+    assert DEFAULT_MAX_BYTES == 2 << 30 and DEFAULT_DEADLINE == 900.0
+
+
+def test_a_body_still_arriving_at_the_deadline_is_cut_off(endless):
+    start = time.monotonic()
+    with pytest.raises(FetchError, match=r"/slow was still arriving at its deadline \(after "
+                                         r"\d+ bytes\); not retried: pass a larger deadline"):
+        fetch(endless + "/slow", deadline=0.5, timeout=2, retries=3)
+    assert 0.5 <= time.monotonic() - start < 5
+
+
+def test_the_deadline_counts_retries_and_waits(root):
+    with ShardServer(root) as server:
+        server.fail_next(100)
+        start = time.monotonic()
+        with pytest.raises(FetchError, match=r"did not arrive within deadline=0.3 seconds "
+                                             r"\(retries and waits included; last error: HTTP "
+                                             r"503"):
+            fetch(server.url + "/x.bin", retries=50, backoff=0.05, deadline=0.3)
+        assert time.monotonic() - start < 3
+
+
+def test_closing_downloads_ends_the_thread_mid_transfer(endless):
+    downloads = Downloads(deadline=None)
+    slow, fast = downloads.submit(endless + "/slow"), downloads.submit(endless + "/fast")
+    time.sleep(0.2)  # the slow transfer is under way
+    start = time.monotonic()
+    downloads.close(wait=5)
+    assert time.monotonic() - start < 5
+    assert not [t for t in threading.enumerate() if t.name == "dataecho-downloads"]
+    for future in (slow, fast):
+        with pytest.raises(FetchError, match="was cancelled"):
+            future.result(timeout=1)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [({"max_bytes": 0}, ValueError, r"fetch: max_bytes must be >= 1 byte \(the largest body "
+                                    r"accepted\), got 0; pass None for the default"),
+     ({"max_bytes": 1.5}, TypeError, "fetch: max_bytes must be an int \\(bytes\\) or None, got "
+                                     "float"),
+     ({"deadline": 0}, ValueError, "fetch: deadline must be > 0 seconds and finite, got 0; pass "
+                                   "None for no deadline"),
+     ({"deadline": "9"}, TypeError, "fetch: deadline must be a number of seconds, got '9'")],
+)
+def test_fetch_rejects_bad_limits(options, error, message):
+    with pytest.raises(error, match=message):
+        fetch("http://h/x", **options)
