@@ -46,6 +46,8 @@ _FIELDS = re.compile(rb"(?:[0-7]{7}[\0 ]){3}([0-7]{11})[\0 ][0-7]{11}[\0 ]([0-7]
 _OCTAL = re.compile(rb"[0-7]*")
 _RECORD = re.compile(rb"([0-9]{1,20}) ")  # a PAX record's length and its space
 
+MAX_URLS = 1_000_000  # URLs one brace pattern may name (expanding 10**6 takes about 1 s)
+
 Digest = tuple[int, str | None]
 
 
@@ -69,28 +71,59 @@ def expand_urls(pattern: str) -> list[str]:
     Ranges keep the zero padding of their bounds; patterns may nest; ``::`` separates
     patterns whose expansions are joined, as ``webdataset.SimpleShardList`` does.
 
+    At most :data:`MAX_URLS` (1,000,000) URLs: the count is taken before anything is
+    expanded, so ``{0..9999}{0..9999}`` fails at once instead of filling memory.
+
+    Raises:
+        ValueError: a brace is never closed, or the pattern names more than ``MAX_URLS``.
+
     Example:
         >>> expand_urls("data-{00..02}.tar::extra-{a,b}.tar")
         ['data-00.tar', 'data-01.tar', 'data-02.tar', 'extra-a.tar', 'extra-b.tar']
     """
+    count = sum(_count(part) for part in pattern.split("::"))
+    if count > MAX_URLS:
+        raise ValueError(f"urls: the pattern {pattern[:200]!r} names {count:,} shards, more than "
+                         f"the {MAX_URLS:,} one reader expands (the rule keeps a typo such as "
+                         "{0..9999}{0..9999} from filling memory); check the ranges, or split "
+                         "the data set into several patterns or pass a list")
     return [url for part in pattern.split("::") for url in _expand(part)]
+
+
+def _braces(pattern: str, start: int) -> tuple[int, list[int]]:
+    """The end of the brace opened at ``start`` and its top-level commas."""
+    depth, commas = 0, []
+    for i in range(start, len(pattern)):
+        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
+        if pattern[i] == "," and depth == 1:
+            commas.append(i)
+        if depth == 0:
+            return i, commas
+    raise ValueError(f"urls: the brace opened at character {start} of {pattern!r} is "
+                     "never closed; write a list {a,b} or a range {000..009}")
+
+
+def _count(pattern: str) -> int:
+    """How many URLs ``_expand(pattern)`` returns, found without expanding them."""
+    start = pattern.find("{")
+    if start < 0:
+        return 1
+    end, commas = _braces(pattern, start)
+    body, tails = pattern[start + 1 : end], _count(pattern[end + 1 :])
+    match = _RANGE.match(body)
+    if match and not commas:
+        return (abs(int(match.group(2)) - int(match.group(1))) + 1) * tails
+    if not commas:
+        return tails
+    bounds = [start, *commas, end]
+    return sum(_count(pattern[a + 1 : b]) for a, b in itertools.pairwise(bounds)) * tails
 
 
 def _expand(pattern: str) -> list[str]:
     start = pattern.find("{")
     if start < 0:
         return [pattern]
-    depth, end, commas = 0, -1, []
-    for i in range(start, len(pattern)):
-        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
-        if pattern[i] == "," and depth == 1:
-            commas.append(i)
-        if depth == 0:
-            end = i
-            break
-    if end < 0:
-        raise ValueError(f"urls: the brace opened at character {start} of {pattern!r} is "
-                         "never closed; write a list {a,b} or a range {000..009}")
+    end, commas = _braces(pattern, start)
     head, body, tails = pattern[:start], pattern[start + 1 : end], _expand(pattern[end + 1 :])
     bounds = [start, *commas, end]
     options = [pattern[a + 1 : b] for a, b in itertools.pairwise(bounds)]

@@ -21,7 +21,7 @@ from ._checks import (
     check_shard,
     state_int,
 )
-from .download import Downloads, fetch
+from .download import DEFAULT_DEADLINE, Downloads, check_max_bytes, fetch
 from .stage import Stage, State
 from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
 
@@ -67,7 +67,12 @@ class TarShards(Stage[Sample]):
         digests: ``{shard URL or file name: (size, sha256 hex)}``, or a shard index
             dict with a ``"shards"`` list of ``{"name", "bytes", "sha256"}``; each
             shard is checked before its first sample, and a mismatch raises
-            :class:`ShardError` naming the shard.
+            :class:`ShardError` naming the shard. Without it a damaged byte inside a
+            sample's data is not detected: tar has no checksum over member data.
+        max_bytes: the largest ``http(s)`` shard accepted, in bytes; None takes the
+            size ``digests`` lists for the shard, else ``DEFAULT_MAX_BYTES`` (2 GiB).
+        deadline: seconds one ``http(s)`` shard's download may take, retries
+            included (default 900); None sets none. See :func:`dataecho.fetch`.
 
     Example:
         >>> import io, tarfile, tempfile
@@ -83,8 +88,9 @@ class TarShards(Stage[Sample]):
     def __init__(self, urls: str | Sequence[str | os.PathLike[str]], *, shuffle: bool = True,
                  seed: int = 0, num_epochs: int | None = 1, epoch: int = 0,
                  shard_index: int = 0, num_shards: int = 1, prefetch: int = 1,
-                 retries: int = 5,
-                 digests: Mapping[str, Any] | None = None) -> None:
+                 retries: int = 5, digests: Mapping[str, Any] | None = None,
+                 max_bytes: int | None = None,
+                 deadline: float | None = DEFAULT_DEADLINE) -> None:
         self.pattern = urls if isinstance(urls, str) else None
         self.urls = _check_urls(urls)
         self.shuffle = check_bool(shuffle, "shuffle")
@@ -99,6 +105,8 @@ class TarShards(Stage[Sample]):
         self.prefetch = check_positive_int(prefetch, "prefetch", minimum=0)
         self.retries = check_positive_int(retries, "retries", minimum=0)
         self._digests = {} if digests is None else parse_digests(digests, self.urls)
+        self.max_bytes = None if max_bytes is None else check_max_bytes(max_bytes, "TarShards")
+        self.deadline = _check_deadline(deadline)
         names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
         self._params = {"num_urls": len(self.urls),
                      "names_sha256": hashlib.sha256(names.encode()).hexdigest()[:16],
@@ -110,6 +118,7 @@ class TarShards(Stage[Sample]):
         self.bytes_read = 0  # shard bytes downloaded or opened, for throughput reports
         self._orders: dict[int, list[int]] = {}
         self._file: IO[bytes] | None = None
+        self._opened_at = 0  # the offset the open shard was opened at
         self._cursor: Iterator[Sample] | None = None
         self._pending: dict[tuple[int, int], Future[bytes]] = {}
         self._downloads: Downloads | None = None
@@ -128,7 +137,8 @@ class TarShards(Stage[Sample]):
                          shuffle=self.shuffle, seed=self.seed, num_epochs=1, epoch=epoch,
                          shard_index=shard_index, num_shards=num_shards,
                          prefetch=self.prefetch, retries=self.retries,
-                         digests=self._digests or None)
+                         digests=self._digests or None, max_bytes=self.max_bytes,
+                         deadline=self.deadline)
 
     @property
     def epoch(self) -> int:
@@ -162,6 +172,8 @@ class TarShards(Stage[Sample]):
                 raise
             if sample is not None:
                 break
+            if self._offset and self._opened_at == self._offset:
+                self._check_offset()  # a restored offset no sample followed
             self._close_shard()
             self._empty = self._empty + 1 if self._offset == 0 else 0
             if self._empty > len(self.urls):  # else an endless run would spin forever
@@ -187,26 +199,50 @@ class TarShards(Stage[Sample]):
             if url in self._digests:
                 check_digest(fileobj, url, self._digests[url])
             self._cursor = cursor = iter_samples(fileobj, url, skip=self._offset)
+            self._opened_at = self._offset
         except BaseException:
             self._close_shard()
             raise
         return cursor
 
+    def _check_offset(self) -> None:
+        """Refuses an offset past the end of its shard instead of skipping the shard."""
+        url = self.urls[self.order(self._epoch)[self._pos]]
+        if self._file is None:
+            return
+        self._file.seek(0)
+        if next(iter_samples(self._file, url, skip=self._offset - 1), None) is None:
+            self._close_shard()
+            raise ValueError(
+                f"state of TarShards has offset={self._offset}, but shard {url!r} (position "
+                f"{self._pos} of epoch {self._epoch}) holds fewer samples; the rule: offset "
+                "counts the samples read of the current shard, at most its sample count. The "
+                "checkpoint does not belong to these shards (were they rewritten?): restore "
+                "one saved with them, or start without it")
+
     def _download(self) -> bytes:
         if self.prefetch == 0:
             url = self.urls[self.order(self._epoch)[self._pos]]
-            return fetch(url, retries=self.retries)
+            return fetch(url, retries=self.retries, deadline=self.deadline,
+                         max_bytes=self._limit(url))
         # The current shard and the next `prefetch` ones queue in order on one thread,
         # so the link stays busy while this shard is read.
         keys = self._next_keys()
         for key in keys:
             if key not in self._pending:
                 if self._downloads is None:
-                    self._downloads = Downloads(retries=self.retries)
-                self._pending[key] = self._downloads.submit(self.urls[self.order(key[0])[key[1]]])
+                    self._downloads = Downloads(retries=self.retries, deadline=self.deadline)
+                url = self.urls[self.order(key[0])[key[1]]]
+                self._pending[key] = self._downloads.submit(url, max_bytes=self._limit(url))
         for key in [k for k in self._pending if k not in keys]:
             self._pending.pop(key).cancel()
         return self._pending.pop((self._epoch, self._pos)).result()
+
+    def _limit(self, url: str) -> int | None:
+        # A shard the digests list is refused as soon as it outgrows its listed size.
+        if self.max_bytes is None and url in self._digests:
+            return self._digests[url][0]
+        return self.max_bytes
 
     def _next_keys(self) -> list[tuple[int, int]]:
         keys: list[tuple[int, int]] = []
@@ -253,8 +289,10 @@ class TarShards(Stage[Sample]):
         shards = len(self.order(epoch))
         position = state_int(state, "position", "TarShards", maximum=shards - 1,
                              rule=f"a position in this reader's {shards} shards per epoch")
-        offset = state_int(state, "offset", "TarShards", rule="samples read of the shard")
         read = state_int(state, "read", "TarShards", rule="samples read so far")
+        offset = state_int(state, "offset", "TarShards", maximum=read,
+                           rule="samples read of the current shard, at most 'read' (and at "
+                           "most the shard's sample count, checked when it is opened)")
         self.close()
         self._epoch, self._pos, self._offset, self.items_read = epoch, position, offset, read
 
@@ -288,7 +326,24 @@ def _check_urls(urls: object) -> list[str]:
             raise ValueError(f"urls: {url!r} has scheme {scheme!r}, which TarShards cannot "
                              "open; pass local paths, file: or http(s):// URLs (copy the "
                              "shards from other stores first)")
+        host = urllib.parse.urlsplit(url).netloc if scheme == "file" else ""
+        if host not in ("", "localhost"):
+            raise ValueError(f"urls: {url!r} names the host {host!r}, but a file: URL is read "
+                             "from this machine, so its host must be empty or 'localhost'; "
+                             "write file:///path, or an http(s):// URL for another machine")
     return found
+
+
+def _check_deadline(deadline: object) -> float | None:
+    if deadline is None:
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise TypeError(f"TarShards: deadline must be a number of seconds or None, got "
+                        f"{type(deadline).__name__}")
+    if not 0 < deadline < float("inf"):
+        raise ValueError(f"TarShards: deadline must be > 0 seconds and finite, got {deadline!r};"
+                         " pass None for no deadline")
+    return float(deadline)
 
 
 def _local_path(url: str) -> str:

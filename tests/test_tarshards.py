@@ -285,6 +285,17 @@ def test_a_shard_error_leaves_the_position_so_next_retries_it(served):
         (3, {}, TypeError, "urls must be a list of paths or URLs"),
         (["a.tar"], {"prefetch": -1}, ValueError, "prefetch"),
         ("a-{0..2.tar", {}, ValueError, "never closed"),
+        ("d-{0..9999}{0..9999}.tar", {}, ValueError,
+         r"urls: the pattern 'd-\{0..9999\}\{0..9999\}.tar' names 100,000,000 shards, more than "
+         r"the 1,000,000 one reader expands .*check the ranges, or split"),
+        ("x{0000000..9999999}", {}, ValueError, r"names 10,000,000 shards"),
+        (["file://otherhost/data/a.tar"], {}, ValueError,
+         r"urls: 'file://otherhost/data/a.tar' names the host 'otherhost', but a file: URL is "
+         r"read from this machine, so its host must be empty or 'localhost'; write file:///path"),
+        (["a.tar"], {"max_bytes": 0}, ValueError, r"TarShards: max_bytes must be >= 1 byte"),
+        (["a.tar"], {"max_bytes": "1"}, TypeError, r"TarShards: max_bytes must be an int"),
+        (["a.tar"], {"deadline": -1}, ValueError, r"TarShards: deadline must be > 0 seconds"),
+        (["a.tar"], {"deadline": "1"}, TypeError, r"TarShards: deadline must be a number"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_remedy(urls, options, error, message):
@@ -348,3 +359,41 @@ def test_load_state_dict_refuses_damaged_positions_naming_the_key_and_the_rule(
         TarShards(local, seed=1, num_epochs=1).load_state_dict(state)
     stage.close()
     assert f"state of {words}" in str(error.value)
+
+
+def test_file_urls_with_an_empty_host_or_localhost_read_the_local_file(local):
+    for url in (f"file://{local[0]}", f"file://localhost{local[0]}"):
+        assert len(list(TarShards([url]))) == PER_SHARD
+
+
+def test_a_restored_offset_past_its_shards_end_is_refused_not_skipped(local):
+    reader = TarShards(local, shuffle=False)
+    next(reader)
+    state = {**reader.state_dict(), "offset": PER_SHARD + 1, "read": 99}
+    reader.close()
+    restored = TarShards(local, shuffle=False)
+    restored.load_state_dict(state)
+    with pytest.raises(ValueError, match=rf"state of TarShards has offset={PER_SHARD + 1}, but "
+                                         rf"shard '.*part-000000\.tar' \(position 0 of epoch 0\) "
+                                         r"holds fewer samples; the rule: offset counts"):
+        next(restored)
+    restored.close()
+    at_end = TarShards(local, shuffle=False)  # an offset at the shard's end is valid
+    at_end.load_state_dict({**state, "offset": PER_SHARD})
+    assert next(at_end)["__key__"] == f"{PER_SHARD:06d}"
+    at_end.close()
+    with pytest.raises(ValueError, match=r"state of TarShards has offset=3, but it must be an int "
+                                         r"in \[0, 2\].*at most 'read'"):
+        TarShards(local, shuffle=False).load_state_dict({**state, "offset": 3, "read": 2})
+
+
+def test_an_http_shard_larger_than_its_digest_is_cut_off_at_the_listed_size(served):
+    server, urls = served
+    sizes = {u.rsplit("/", 1)[-1]: (100, None) for u in urls}
+    before = server.requests
+    with pytest.raises(FetchError, match=r"announces \d+ bytes \(Content-Length\), more than "
+                                         r"max_bytes=100"):
+        next(TarShards(urls, shuffle=False, prefetch=0, digests=sizes))
+    assert server.requests - before == 1  # refused, not retried
+    with pytest.raises(FetchError, match=r"more than max_bytes=1000"):
+        next(TarShards(urls, shuffle=False, max_bytes=1000))
