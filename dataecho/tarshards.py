@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import json
 import os
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -23,9 +26,17 @@ from ._checks import (
 )
 from .download import DEFAULT_DEADLINE, Downloads, check_max_bytes, fetch
 from .stage import Stage, State
-from .tarformat import ShardError, check_digest, expand_urls, iter_samples, parse_digests
+from .tarformat import (
+    Digest,
+    ShardError,
+    check_digest,
+    expand_urls,
+    iter_samples,
+    parse_digests,
+)
 
 Sample = dict[str, Any]
+_INDEX_FORMAT = "dataecho-shards/1"  # what write_shards writes beside its shards
 
 
 class TarShards(Stage[Sample]):
@@ -46,7 +57,8 @@ class TarShards(Stage[Sample]):
     opens the current shard again and skips ``offset`` samples; earlier shards are not
     read. A local shard's skipped samples cost only their tar headers (the data is
     seeked past); an ``http(s)://`` shard is downloaded again whole, up to one shard's
-    transfer per restore. With ``digests`` the current shard is read whole to check it.
+    transfer per restore. A shard with a digest (``digests``, or by default the index
+    ``write_shards`` leaves beside local shards) is read whole to check it.
 
     One daemon thread downloads the next ``prefetch`` ``http(s)://`` shards while the
     current one is read; ``close()``, ``with`` or garbage collection stops it, and a
@@ -67,8 +79,12 @@ class TarShards(Stage[Sample]):
         digests: ``{shard URL or file name: (size, sha256 hex)}``, or a shard index
             dict with a ``"shards"`` list of ``{"name", "bytes", "sha256"}``; each
             shard is checked before its first sample, and a mismatch raises
-            :class:`ShardError` naming the shard. Without it a damaged byte inside a
-            sample's data is not detected: tar has no checksum over member data.
+            :class:`ShardError` naming the shard. ``"auto"`` (the default) uses the
+            ``*-index.json`` files that ``write_shards`` leaves beside local shards
+            (format ``dataecho-shards/1``; others are ignored) for the shards they
+            list; None checks nothing. A shard with no digest is not checked: a damaged
+            byte inside a sample's data then goes undetected, as tar keeps no checksum
+            over member data.
         max_bytes: the largest ``http(s)`` shard accepted, in bytes; None takes the
             size ``digests`` lists for the shard, else ``DEFAULT_MAX_BYTES`` (2 GiB).
         deadline: seconds one ``http(s)`` shard's download may take, retries
@@ -88,7 +104,7 @@ class TarShards(Stage[Sample]):
     def __init__(self, urls: str | Sequence[str | os.PathLike[str]], *, shuffle: bool = True,
                  seed: int = 0, num_epochs: int | None = 1, epoch: int = 0,
                  shard_index: int = 0, num_shards: int = 1, prefetch: int = 1,
-                 retries: int = 5, digests: Mapping[str, Any] | None = None,
+                 retries: int = 5, digests: Mapping[str, Any] | str | None = "auto",
                  max_bytes: int | None = None,
                  deadline: float | None = DEFAULT_DEADLINE) -> None:
         self.pattern = urls if isinstance(urls, str) else None
@@ -104,7 +120,13 @@ class TarShards(Stage[Sample]):
                 "workers or ranks, or write the data into more shards")
         self.prefetch = check_positive_int(prefetch, "prefetch", minimum=0)
         self.retries = check_positive_int(retries, "retries", minimum=0)
-        self._digests = {} if digests is None else parse_digests(digests, self.urls)
+        if isinstance(digests, str):
+            if digests != "auto":
+                raise ValueError(f"digests must be a dict, 'auto' or None, got {digests!r}; "
+                                 "pass 'auto' to use write_shards's index beside local shards")
+            self._digests = _beside(self.urls)
+        else:
+            self._digests = {} if digests is None else parse_digests(digests, self.urls)
         self.max_bytes = None if max_bytes is None else check_max_bytes(max_bytes, "TarShards")
         self.deadline = _check_deadline(deadline)
         names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
@@ -332,6 +354,37 @@ def _check_urls(urls: object) -> list[str]:
                              "from this machine, so its host must be empty or 'localhost'; "
                              "write file:///path, or an http(s):// URL for another machine")
     return found
+
+
+def _beside(urls: list[str]) -> dict[str, Digest]:
+    """Digests of local shards from the ``write_shards`` index files in their folders."""
+    tables: dict[str, dict[str, Digest]] = {}
+    found: dict[str, Digest] = {}
+    for url in urls:
+        if url.startswith(("http://", "https://")):
+            continue
+        path = Path(_local_path(url))
+        folder = str(path.parent)
+        if folder not in tables:
+            tables[folder] = _indexes(path.parent)
+        if path.name in tables[folder]:
+            found[url] = tables[folder][path.name]
+    return found
+
+
+def _indexes(folder: Path) -> dict[str, Digest]:
+    # Only files in write_shards's format count: any other *-index.json is not ours.
+    table: dict[str, Digest] = {}
+    with contextlib.suppress(OSError):
+        for index_path in sorted(folder.glob("*-index.json")):
+            try:
+                index = json.loads(index_path.read_bytes())
+                if isinstance(index, dict) and index.get("format") == _INDEX_FORMAT:
+                    table.update({str(s["name"]): (int(s["bytes"]), str(s["sha256"]))
+                                  for s in index["shards"]})  # fmt: skip
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return table
 
 
 def _check_deadline(deadline: object) -> float | None:

@@ -215,11 +215,17 @@ def test_a_flipped_label_digit_fails_the_digest_check_naming_the_shard(tmp_path)
     # Sample 4's label "4" sits alone in its 512-byte block: flip it to "5".
     flipped(tmp_path / names[1], b"4" + bytes(511), b"5" + bytes(511))
     urls = [str(tmp_path / name) for name in names]
-    assert len(list(TarShards(urls, shuffle=False))) == 6  # the tar structure survives
+    # the tar structure survives: without a digest the damage goes unseen
+    assert len(list(TarShards(urls, shuffle=False, digests=None))) == 6
     message = (rf"shard '.*train-00001\.tar' has \d+ bytes and sha256 [0-9a-f]{{64}}, but the "
                rf"digests list \d+ bytes and sha256 {sha}")
     with pytest.raises(ShardError, match=message):
         list(TarShards(urls, shuffle=False, digests=index))
+    with pytest.raises(ShardError, match=message):  # the index beside the shards, by default
+        list(TarShards(urls, shuffle=False))
+    with pytest.raises(ShardError, match=message):  # and in every worker's reader
+        list(TarShards(urls, shuffle=False).with_reader(0, 1, epoch=0))
+    assert len(list(TarShards(urls, digests=None).with_reader(0, 1, epoch=0))) == 6
     with ShardServer(tmp_path) as server, pytest.raises(ShardError, match=r"train-00001\.tar"):
         shards = read_shards(server.url)  # the digests come with the served index
         list(TarShards(shards.urls, digests=shards.digests))
@@ -397,3 +403,20 @@ def test_an_http_shard_larger_than_its_digest_is_cut_off_at_the_listed_size(serv
     assert server.requests - before == 1  # refused, not retried
     with pytest.raises(FetchError, match=r"more than max_bytes=1000"):
         next(TarShards(urls, shuffle=False, max_bytes=1000))
+
+
+@needs_pillow
+def test_only_write_shards_indexes_beside_local_shards_are_used_by_default(tmp_path):
+    names = write_shards(np.zeros((4, 2, 2), np.uint8), np.arange(4), tmp_path, shard_size=2)
+    urls = [str(tmp_path / name) for name in names]
+    (tmp_path / "other-index.json").write_text('{"shards": [{"name": "train-00000.tar", '
+                                              '"bytes": 1, "sha256": "00"}]}')  # not ours
+    (tmp_path / "junk-index.json").write_text("{not json")
+    assert len(list(TarShards(urls))) == 4
+    with ShardServer(tmp_path) as server:  # no index is looked for over http
+        flipped(tmp_path / names[0], b"1" + bytes(511), b"7" + bytes(511))
+        assert len(list(TarShards([f"{server.url}/{n}" for n in names], prefetch=0))) == 4
+    with pytest.raises(ShardError, match=r"train-00000\.tar' has \d+ bytes and sha256"):
+        list(TarShards(urls, shuffle=False))
+    with pytest.raises(ValueError, match=r"digests must be a dict, 'auto' or None, got 'yes'"):
+        TarShards(urls, digests="yes")
