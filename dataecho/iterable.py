@@ -214,8 +214,33 @@ def as_stage(upstream: object, name: str = "upstream") -> Stage[Any]:
     check_iterable(upstream, name)
     if is_node(upstream):
         return NodeSource(upstream)
-    if callable(getattr(upstream, "state_dict", None)) and callable(
-        getattr(upstream, "load_state_dict", None)
-    ):
+    if checkpoints_itself(upstream):
         return StatefulSource(upstream)
     return IterableSource(upstream)
+
+
+def checkpoints_itself(obj: object) -> bool:
+    """Whether ``obj``'s own ``state_dict()``/``load_state_dict()`` can checkpoint it.
+
+    Decided by a call that works, not by the names alone: ``state_dict()`` must answer a
+    dict when called without arguments. LitData's and Mosaic's ``StreamingDataset``
+    take the loader's counts (and LitData's answers only in the training process), and
+    a loader that accelerate prepared raises unless it was made stateful: those are
+    read as plain iterables, re-iterated and skipped on a restore.
+
+    Example:
+        >>> class Counts:  # a state_dict that needs the loader's counts
+        ...     def __iter__(self): return iter(range(3))
+        ...     def state_dict(self, num_samples): return {"n": num_samples}
+        ...     def load_state_dict(self, state): pass
+        >>> checkpoints_itself(Counts()), checkpoints_itself([1])
+        (False, False)
+    """
+    if not (callable(getattr(obj, "state_dict", None))
+            and callable(getattr(obj, "load_state_dict", None))):
+        return False
+    try:
+        state = obj.state_dict()  # type: ignore[attr-defined]
+    except Exception:  # any refusal means: not checkpointable this way
+        return False
+    return isinstance(state, Mapping)

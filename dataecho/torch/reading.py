@@ -151,7 +151,8 @@ def _split_of(dataset: object, split: Split | None) -> Split | None:
                 "drop split")
         return "dataecho"
     module = type(dataset).__module__.split(".")[0]
-    if split is None and module in ("webdataset", "datasets"):  # they split themselves
+    # WebDataset, Hugging Face, LitData and Mosaic (``streaming``) split themselves.
+    if split is None and module in ("webdataset", "datasets", "litdata", "streaming"):
         return "stream"
     return split
 
