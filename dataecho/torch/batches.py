@@ -132,6 +132,22 @@ class EchoBatches:
                 break
 
     @property
+    def dataset(self) -> Any:
+        """Not there: no loader can be rebuilt from this wrapper's data set.
+
+        ``accelerate.skip_first_batches`` (and so the Hugging Face ``Trainer``'s
+        resume) rebuilds a plain loader from ``loader.dataset``, which would drop the
+        echo; reading this attribute raises an ``AttributeError`` that says how to
+        resume instead.
+        """
+        raise AttributeError(
+            "EchoBatches has no dataset of its own to rebuild a loader from, so it cannot "
+            "be resumed by skipping batches (accelerate.skip_first_batches, the Hugging "
+            "Face Trainer's resume_from_checkpoint); resume it exactly from its own "
+            "state_dict() with load_state_dict(), and pass "
+            "TrainingArguments(ignore_data_skip=True) to the Trainer")
+
+    @property
     def sampler(self) -> _EpochHook:
         """Where a trainer passes the epoch: ``sampler.set_epoch(e)`` is :meth:`set_epoch`.
 
