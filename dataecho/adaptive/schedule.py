@@ -59,12 +59,12 @@ class Scheduler:
         while need:
             held = len(buffer.entries) if self.warm + taken + awaited >= self.min_fresh else 0
             ready, finished = feed.ready(), False
-            if ready < need:  # the end matters: read it, then ready() again (after a True
-                finished = feed.finished()  # finished(), no item can follow)
+            if ready < need:  # then the end matters: finished() first (no item can
+                finished = feed.finished()  # follow a True), then ready() again
                 ready = feed.ready()
-            fresh, echoes, block, stop = plan(need, *self.agree(  # min() costs a call
-                ready if ready < need else need, held if held < need else need,
-                finished and not ready))
+            vote = self.agree(ready if ready < need else need,  # min(), without a call
+                              held if held < need else need, finished and not ready)
+            fresh, echoes, block, stop = plan(need, *vote)
             for _ in range(fresh):  # ready: no wait
                 value, self.resume, size = feed.get()
                 out.append((value, self.fresh, 0, size))
