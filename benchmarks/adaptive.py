@@ -155,12 +155,13 @@ def summary(runs: list[dict[str, float]]) -> dict[str, Any]:
 
 def version() -> str:
     """The commit of the dataecho this process imported (an installed copy may be another
-    checkout's than this script's), with "+dirty" for uncommitted changes."""
+    checkout's than this script's), with "+dirty" for uncommitted changes to its code (a
+    results file written by an earlier run is not one)."""
     root = Path(dataecho.__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True, cwd=root).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "dataecho", "benchmarks"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "dataecho", "benchmarks/*.py"],
                                capture_output=True, text=True, cwd=root)
         return rev + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
