@@ -509,3 +509,20 @@ def test_a_stream_whose_state_dict_takes_the_loaders_counts_resumes_at_every_bat
 
     _check_epoch([row for batch in make() for row in batch.tolist()], 30, 2)
     _assert_resumes_at_every_batch(make)
+
+
+def test_a_stream_state_of_another_split_is_refused_not_replayed():
+    # Fails on the code before this test: a state of the one reader of a stream that
+    # splits itself was accepted by reader 0 of 2, which skipped and repeated examples.
+    ds = EchoDataset(CountedStream(30), factor=2, buffer_size=5, seed=2,
+                     read=Streamed(split="stream"))
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    state = json.loads(json.dumps(ds.state_dict()))
+    restored = EchoDataset(CountedStream(30), factor=2, buffer_size=5, seed=2, rank=0,
+                           world_size=2, read=Streamed(split="stream"))
+    restored.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"saved with other parameters: reader \(saved \[0, "
+                                         r"1\], here \[0, 2\]\).*other number of DataLoader "
+                                         r"workers or ranks"):
+        next(iter(DataLoader(restored, batch_size=4)))

@@ -207,7 +207,7 @@ class EchoDataset(IterableDataset[Any]):
         self._loop.set_epoch(epoch)
 
     def _build(self, epoch: int) -> Tally:
-        return Tally(self._pipeline(epoch))
+        return Tally(self._pipeline(epoch), shard_of(*self._read_as))
 
     def _pipeline(self, epoch: int) -> Stage[Any]:
         rank, world_size = self._read_as

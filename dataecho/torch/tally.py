@@ -24,6 +24,9 @@ class Tally(Stage[Any]):
 
     Args:
         upstream: the pipeline of one epoch.
+        reader: ``(index, count)``: which reader (worker of a rank) of how many reads
+            this pipeline. Part of the configuration, so a state taken by another reader
+            or under another split (other workers or ranks) is refused, not replayed.
 
     Example:
         >>> from dataecho import Echo
@@ -32,10 +35,11 @@ class Tally(Stage[Any]):
         (6, (3, 6))
     """
 
+    VERSION = 2  # 2: the configuration names the reader
     upstream: Stage[Any]
 
-    def __init__(self, upstream: Stage[Any]) -> None:
-        self.upstream, self.yields = upstream, 0
+    def __init__(self, upstream: Stage[Any], reader: tuple[int, int] = (0, 1)) -> None:
+        self.upstream, self.yields, self.reader = upstream, 0, reader
         stages = chain(upstream)
         self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
         self._source = next((s for s in reversed(stages) if hasattr(s, "items_read")), None)
@@ -60,7 +64,7 @@ class Tally(Stage[Any]):
         return EchoStats(fresh, emitted, fresh, emitted, None)
 
     def _config(self) -> dict[str, Any]:
-        return {}
+        return {"reader": list(self.reader)}
 
     def _snapshot(self) -> Any:
         return (self.upstream._snapshot(), self.yields)
