@@ -139,7 +139,8 @@ class Scheduler:
         """Counts the lane's echoes popped so far, undoes the rest, ends the lane."""
         if self.lane is not None:
             done = self._done()
-            self.steps, self.emitted, self.emitted_ex = self.counts()
+            self.steps, self.emitted = self.steps + done, self.emitted + done
+            self.emitted_ex += self._sizes[done]
             self.buffer.rollback(self._marks[done])
             self.lane.clear()
             self.lane = None
