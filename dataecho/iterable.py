@@ -16,7 +16,7 @@ from itertools import islice
 from types import GeneratorType
 from typing import Any, TypeVar
 
-from ._checks import check_iterable, state_int, state_mapping, state_value
+from ._checks import check_iterable, state_bool, state_int, state_mapping, state_value
 from .stage import Stage, State
 
 T = TypeVar("T")
@@ -32,6 +32,7 @@ class _Reader(Stage[T]):
         self._opened = False  # an iterator was taken: a one-shot iterable is spent
         self.items_read = 0
         self._dead: Exception | None = None  # the error that ended a generator upstream
+        self.ended = False  # the iterator said StopIteration: this pass is read through
 
     def __next__(self) -> T:
         if self._it is None:
@@ -48,6 +49,7 @@ class _Reader(Stage[T]):
         try:
             item = next(self._it)
         except StopIteration:
+            self.ended = True
             raise
         except Exception as error:
             # A generator that raised is finished: its next call would end the epoch as
@@ -126,13 +128,23 @@ class StatefulSource(_Reader[T]):
         (1, {'n': 1})
     """
 
+    VERSION = 2  # 2: the state says whether the pass was read through ("ended")
+
     def _snapshot(self) -> State:
-        return {"upstream": self.iterable.state_dict(), "read": self.items_read}
+        # A stream read through may already report the start of its next pass (a
+        # position reset when its iterator ends): restoring that would read the pass
+        # again, so the end is recorded here and its state is not loaded.
+        return {"upstream": self.iterable.state_dict(), "read": self.items_read,
+                "ended": self.ended}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
-        read = state_int(state, "read", type(self).__name__, rule="items read so far")
-        self.iterable.load_state_dict(state_value(state, "upstream", type(self).__name__))
-        self._it, self.items_read, self._closed, self._dead = None, read, False, None
+        name = type(self).__name__
+        read = state_int(state, "read", name, rule="items read so far")
+        ended = state_bool(state, "ended", name)
+        if not ended:
+            self.iterable.load_state_dict(state_value(state, "upstream", name))
+        self._it, self.items_read, self._closed, self._dead = None, read, ended, None
+        self.ended = ended
 
 
 class NodeSource(Stage[T]):

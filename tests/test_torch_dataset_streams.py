@@ -526,3 +526,76 @@ def test_a_stream_state_of_another_split_is_refused_not_replayed():
                                          r"1\], here \[0, 2\]\).*other number of DataLoader "
                                          r"workers or ranks"):
         next(iter(DataLoader(restored, batch_size=4)))
+
+
+class Resumable(IterableDataset):
+    """A stream that checkpoints itself and, like many, resets its position when a
+    pass ends; it splits itself by worker when ``splits``."""
+
+    def __init__(self, n, splits):
+        self.n, self.splits, self.pos, self.epoch = n, splits, 0, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        info = get_worker_info() if self.splits else None
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        mine = list(range(worker, self.n, workers))
+        while self.pos < len(mine):
+            self.pos += 1
+            yield torch.tensor([1000 * self.epoch + mine[self.pos - 1]])
+        self.pos = 0
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.pos = state["pos"]
+
+
+def _two_epochs_resumed_at_every_batch(make, epochs=2):
+    """Stops after every batch of ``epochs`` epochs, resumes in a new loader; the batches
+    after each resume, appended to those before, must be the uninterrupted run's."""
+    loader = make()
+    full = [b.tolist() for _ in range(epochs) for b in loader]
+    for k in range(len(full) + 1):
+        reference, seen, epoch = make(), 0, 0
+        state = reference.state_dict() if k == 0 else None
+        while state is None:  # k batches in, in epoch `epoch`
+            for _ in reference:
+                seen += 1
+                if seen == k:
+                    state = json.loads(json.dumps(reference.state_dict()))
+                    break
+            else:
+                epoch += 1
+        restored = make()
+        restored.load_state_dict(state)
+        rest = [b.tolist() for _ in range(epoch, epochs) for b in restored]
+        assert rest == full[k:], (k, len(rest), len(full) - k)
+
+
+@pytest.mark.parametrize("split", ["stream", "dataecho"])
+@pytest.mark.parametrize("factor", [2, 1.5, "auto"])
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (1, False), (2, False),
+                                                         (2, True)])
+def test_a_stateful_stream_resumes_at_every_batch_of_every_epoch(
+        split, factor, num_workers, persistent):
+    # Fails on the code before this test for a stream read through by a worker whose
+    # last batch was full (dataecho split, factor 1.5, two workers): its state already
+    # named the start of the next pass, and the restore read the epoch again.
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataecho import Auto
+
+    auto = factor == "auto"
+
+    def make():
+        ds = EchoDataset(Resumable(12, splits=split == "stream"), seed=0,
+                         factor=Auto(max_factor=1) if auto else factor,
+                         read=Streamed(split=split), **({} if auto else {"buffer_size": 3}))
+        return StatefulDataLoader(ds, batch_size=2, num_workers=num_workers,
+                                  persistent_workers=persistent)
+
+    _two_epochs_resumed_at_every_batch(make)
