@@ -204,6 +204,7 @@ class Echo(Stage[T]):
         fresh_ex = state_int(state, "fresh_examples", name)
         planned_ex = state_int(state, "planned_examples", name, minimum=fresh_ex,
                                rule="examples planned, at least the fresh ones")
+        _check_together(name, self.factor, owed=owed, fresh=fresh, planned=planned)
         self.upstream.load_state_dict(upstream)
         self._owed, self._size = owed, size
         self._fresh, self._fresh_ex, self._planned, self._planned_ex = (
@@ -212,6 +213,26 @@ class Echo(Stage[T]):
         # no data, and an upstream error there leaves this stage consistent.
         self._left, self._item = 0, None
         self._before = self.upstream._snapshot() if self._owed else None
+
+
+def _check_together(name: str, factor: float, *, owed: int, fresh: int, planned: int) -> None:
+    """Refuses counters that are each in range but cannot hold together.
+
+    A restore would otherwise owe copies of an item never read, or count more copies
+    than ``factor`` allows, and replay or skip examples.
+    """
+    if owed and not fresh:
+        raise ValueError(
+            f"state of {name} has left={owed} but fresh=0: copies are owed only of an item "
+            "already read; the checkpoint is damaged or was taken from another pipeline; "
+            "pass the dict saved from this one's checkpoint")
+    most = math.ceil(factor) * fresh
+    if planned > most:
+        raise ValueError(
+            f"state of {name} has planned={planned} copies of fresh={fresh} items, but with "
+            f"factor={factor} at most ceil(factor) * fresh = {most} are planned; the "
+            "checkpoint is damaged or was taken from another pipeline; pass the dict saved "
+            "from this one's checkpoint")
 
 
 def copies_for(factor: float, u: np.ndarray) -> np.ndarray:

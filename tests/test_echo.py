@@ -260,3 +260,22 @@ def test_a_shard_draws_the_copies_of_its_items_in_the_whole_stream():
     assert repr(Echo([1], 2, shard=(1, 4))) == "Echo(<list>, factor=2.0, seed=0, shard=[1, 4])"
     with pytest.raises(ValueError, match=r"shard_index must be in \[0, num_shards=2\), got 2"):
         Echo([1], 2, shard=(2, 2))
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"left": 1, "fresh": 0, "planned": 0, "fresh_examples": 0, "planned_examples": 0},
+     "state of Echo has left=1 but fresh=0: copies are owed only of an item already read"),
+    ({"planned": 9, "planned_examples": 9},
+     "state of Echo has planned=9 copies of fresh=2 items, but with factor=2.0 at most "
+     "ceil(factor) * fresh = 4"),
+])
+def test_counters_that_cannot_hold_together_are_refused(change, words):
+    # Fails on the code before this test: each value is in range, so the state loaded
+    # and the restore replayed or skipped copies.
+    stage = Echo(list(range(6)), 2)
+    for _ in range(3):
+        next(stage)
+    state = {**json.loads(json.dumps(stage.state_dict())), **change}
+    with pytest.raises(ValueError, match="checkpoint is damaged") as error:
+        Echo(list(range(6)), 2).load_state_dict(state)
+    assert words in str(error.value)
