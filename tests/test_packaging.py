@@ -90,3 +90,18 @@ def test_the_store_and_the_demo_report_import_without_posix_only_modules():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "{'main_mb': None, 'largest_worker_mb': None, 'sum_mb': None}\n"
+
+
+def test_published_extras_are_ranges_and_the_exact_versions_live_in_the_constraints():
+    # A pin in an extra would make pip replace a user's own (CUDA) torch; the exact
+    # versions this repository tests with are in constraints.txt, which the Makefile uses.
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    pinned = [req for reqs in extras.values() for req in reqs if "==" in req]
+    assert pinned == []
+    constraints = [line.split("==")[0] for line in (ROOT / "constraints.txt").read_text()
+                   .splitlines() if line and not line.startswith("#")]
+    assert "torch" in constraints
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
