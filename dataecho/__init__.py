@@ -19,7 +19,7 @@ from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
 from .profiler import LoopTiming, Monitor, Profile, profile
-from .shard import Shard
+from .stride import Shard
 from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage

@@ -11,8 +11,8 @@ across ranks; it is imported from there, so this package needs no process group.
 try:
     from .batches import EchoBatches
     from .dataset import EchoDataset
+    from .ranks import shard_of
     from .reading import Indexed, Streamed
-    from .sharding import shard_of
 except ModuleNotFoundError as error:
     if error.name != "torch":  # torch is there; something it needs is not: keep that error
         raise

@@ -14,16 +14,16 @@ from ..iterable import as_stage
 from ..loop import Epochs
 from ..map import fn_name
 from ..pipeline import pipeline
-from ..shard import Shard
 from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
+from ..stride import Shard
 from ..variants import EXAMPLE_LEVEL, check_variant
 from .accelerated import split_of
+from .handout import Handout, Tally
+from .ranks import check_rank, resolve_rank, shard_of
 from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
-from .sharding import check_rank, resolve_rank, shard_of
-from .tally import Tally
 from .workers import EpochCounter, SharedCounts
 
 
@@ -275,8 +275,16 @@ class EchoDataset(IterableDataset[Any]):
             return iter(())
         return self._hand_out(cast(Tally, stage), check_empty)
 
+    def _finish(self, tally: Tally) -> None:
+        if self._loop.stage is tally:  # not replaced by set_epoch or a restore meanwhile
+            self._loop.end()
+
+    def _fail(self, error: Exception) -> None:
+        self._failed = error
+
     def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
-        return _Handout(self, tally, check_empty)
+        return Handout(tally, self._counts.publisher(tally.counts), self._finish,
+                       self._fail, check_empty)
 
     def state_dict(self) -> State:
         """The epoch loop's state: the epoch, the position in it, and the counts.
@@ -352,53 +360,6 @@ class EchoDataset(IterableDataset[Any]):
         return f"EchoDataset({', '.join([*args, f'seed={self.seed!r}'])})"
 
 
-class _Handout(Iterator[Any]):
-    """One iteration's examples, counted as handed over; a read error sticks.
-
-    Not a generator: an error raised through a generator ends it, so the DataLoader's
-    next call would see a normal end of the epoch. The DataLoader also drops the
-    examples of the batch it was filling when a read fails, so going on after an error
-    would lose them silently: every later call raises again, naming the first error.
-    """
-
-    def __init__(self, owner: EchoDataset, tally: Tally, check_empty: bool) -> None:
-        self._owner, self._tally, self._check_empty = owner, tally, check_empty
-        self._publish = owner._counts.publisher(tally.counts)
-        self._error: Exception | None = None
-        self._done = False
-
-    def __next__(self) -> Any:
-        if self._error is not None:
-            raise RuntimeError(
-                f"this EchoDataset iteration stopped at a read error "
-                f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
-                "DataLoader dropped the examples of the batch it was filling; restore the "
-                "checkpoint taken before the error (or start a new iteration, which "
-                "reads the epoch again)") from self._error
-        if self._done:
-            raise StopIteration
-        try:
-            item = next(self._tally)
-        except StopIteration:
-            self._finish()
-            raise
-        except Exception as error:
-            self._error = error
-            self._owner._failed = error
-            raise
-        self._publish()
-        return item
-
-    def _finish(self) -> None:
-        self._done = True
-        self._publish()
-        loop = self._owner._loop
-        if loop.stage is self._tally:  # not replaced by set_epoch or a restore meanwhile
-            loop.end()
-        if self._check_empty and not self._tally.yields:
-            raise ValueError(_empty_message())
-
-
 def _length(dataset: object) -> str:
     return f" of {len(dataset)}" if hasattr(dataset, "__len__") else ""
 
@@ -424,12 +385,3 @@ def _echo_of(echo: object, factor: object, buffer_size: object,
             f"the adaptive stage spreads copies by its own buffer, got buffer_size="
             f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r})")
     return echo, factor, None
-
-
-def _empty_message() -> str:
-    info = get_worker_info()
-    where = ("the training process" if info is None
-             else f"DataLoader worker {info.id} of {info.num_workers}")
-    return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
-            "empty, or this reader's part of it is (fewer stream shards than DataLoader "
-            "workers times ranks); check the stream's files, or use fewer workers")

@@ -1,4 +1,5 @@
-"""The shard stage: one reader's share of a stream that cannot split itself."""
+"""The stride stage (``Shard``): every n-th item, one reader's share of a stream that
+cannot split itself."""
 
 from __future__ import annotations
 

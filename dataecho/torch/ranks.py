@@ -1,4 +1,4 @@
-"""Which shard of the data this process (DDP rank) and DataLoader worker reads."""
+"""Ranks and workers: which part of the data this DDP rank's DataLoader worker reads."""
 
 from __future__ import annotations
 

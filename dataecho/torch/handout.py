@@ -1,0 +1,157 @@
+"""What an ``EchoDataset`` hands the DataLoader, counted, in each worker.
+
+:class:`Tally` is the stage an ``EchoDataset``'s epoch loop builds for each epoch: the
+worker's pipeline, counted cheaply enough to publish after every example.
+:class:`Handout` is one iteration's iterator over it: it publishes the counts, ends the
+epoch, and makes a read error stick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from torch.utils.data import get_worker_info
+
+from .._checks import state_int, state_mapping
+from ..stage import Stage, State
+from ..stats import EchoStats, chain
+
+
+class Tally(Stage[Any]):
+    """Counts the fresh and emitted examples of the pipeline it reads.
+
+    Fresh examples are those of the first echo stage, or with no echo stage (factor 1)
+    the reads of the last stage that counts them (a ``Shard`` after a stream keeps only
+    this reader's share), or else the items handed over; each is emitted once.
+
+    Args:
+        upstream: the pipeline of one epoch.
+        reader: ``(index, count)``: which reader (worker of a rank) of how many reads
+            this pipeline. Part of the configuration, so a state taken by another reader
+            or under another split (other workers or ranks) is refused, not replayed.
+
+    Example:
+        >>> from dataecho import Echo
+        >>> tally = Tally(Echo(range(3), factor=2))
+        >>> len(list(tally)), tally.counts()
+        (6, (3, 6))
+    """
+
+    VERSION = 2  # 2: the configuration names the reader
+    upstream: Stage[Any]
+
+    def __init__(self, upstream: Stage[Any], reader: tuple[int, int] = (0, 1)) -> None:
+        self.upstream, self.yields, self.reader = upstream, 0, reader
+        stages = chain(upstream)
+        self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
+        self._source = next((s for s in reversed(stages) if hasattr(s, "items_read")), None)
+
+    def __next__(self) -> Any:
+        item = next(self.upstream)
+        self.yields += 1
+        return item
+
+    def counts(self) -> tuple[int, int]:
+        """(fresh, emitted) examples so far; cheap enough to call for every example."""
+        if self._echo is not None:
+            fresh, emitted, _, _ = self._echo.echo_counts()
+            return fresh, emitted
+        # No echo stage: every example read is emitted once.
+        read = self.yields if self._source is None else int(self._source.items_read)
+        return read, read
+
+    def stats(self) -> EchoStats:
+        """:meth:`counts` as :class:`dataecho.EchoStats` (one example per item)."""
+        fresh, emitted = self.counts()
+        return EchoStats(fresh, emitted, fresh, emitted, None)
+
+    def _config(self) -> dict[str, Any]:
+        return {"reader": list(self.reader)}
+
+    def _snapshot(self) -> Any:
+        return (self.upstream._snapshot(), self.yields)
+
+    def _state(self, token: Any) -> State:
+        return {"upstream": self.upstream._expand(token[0]), "yields": token[1]}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        upstream = state_mapping(state, "upstream", "Tally")
+        yields = state_int(state, "yields", "Tally", rule="items handed over this epoch")
+        self.upstream.load_state_dict(upstream)
+        self.yields = yields
+
+    def __repr__(self) -> str:
+        return repr(self.upstream)
+
+
+class Handout(Iterator[Any]):
+    """One iteration's examples, counted as handed over; a read error sticks.
+
+    Not a generator: an error raised through a generator ends it, so the DataLoader's
+    next call would see a normal end of the epoch. The DataLoader also drops the
+    examples of the batch it was filling when a read fails, so going on after an error
+    would lose them silently: every later call raises again, naming the first error.
+
+    Args:
+        tally: the epoch's counted pipeline.
+        publish: makes the counts so far visible to the training process.
+        end: ``end(tally)``, told once the epoch was read to its end.
+        fail: ``fail(error)``, told of a read error.
+        check_empty: a whole epoch without an example is an error (a stream's).
+
+    Example:
+        >>> from dataecho import Echo
+        >>> ended = []
+        >>> out = Handout(Tally(Echo(range(2), factor=2)), lambda: None, ended.append,
+        ...               print, check_empty=False)
+        >>> list(out), len(ended)
+        ([0, 0, 1, 1], 1)
+    """
+
+    def __init__(self, tally: Tally, publish: Callable[[], None],
+                 end: Callable[[Tally], None], fail: Callable[[Exception], None],
+                 check_empty: bool) -> None:
+        self._tally, self._publish, self._end, self._fail = tally, publish, end, fail
+        self._check_empty = check_empty
+        self._error: Exception | None = None
+        self._done = False
+
+    def __next__(self) -> Any:
+        if self._error is not None:
+            raise RuntimeError(
+                f"this EchoDataset iteration stopped at a read error "
+                f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
+                "DataLoader dropped the examples of the batch it was filling; restore the "
+                "checkpoint taken before the error (or start a new iteration, which "
+                "reads the epoch again)") from self._error
+        if self._done:
+            raise StopIteration
+        try:
+            item = next(self._tally)
+        except StopIteration:
+            self._finish()
+            raise
+        except Exception as error:
+            self._error = error
+            self._fail(error)
+            raise
+        self._publish()
+        return item
+
+    def _finish(self) -> None:
+        self._done = True
+        self._publish()
+        self._end(self._tally)
+        if self._check_empty and not self._tally.yields:
+            raise ValueError(empty_message())
+
+
+def empty_message() -> str:
+    """The error for a whole epoch without an example, naming where it happened."""
+    info = get_worker_info()
+    where = ("the training process" if info is None
+             else f"DataLoader worker {info.id} of {info.num_workers}")
+    return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
+            "empty, or this reader's part of it is (fewer stream shards than DataLoader "
+            "workers times ranks); check the stream's files, or use fewer workers")
