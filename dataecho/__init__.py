@@ -19,11 +19,11 @@ from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
 from .profiler import LoopTiming, Monitor, Profile, profile
-from .stride import Shard
 from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage
 from .stats import EchoStats
+from .stride import Shard
 from .tarformat import ShardError
 from .tarshards import TarShards
 
