@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_augment, check_bool, check_callable, check_positive_int
+from .._checks import check_bool, check_positive_int
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR
 from ..map import fn_name, takes_rng
@@ -76,10 +76,16 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.augment = check_augment(augment)
-        self.collate: Callable[[list[Any]], Any] = check_callable(
-            collate, "collate", "collate(list_of_examples)",
-            "pass a function, or None for the default") or default_collate
+        if augment is not None and not callable(augment):
+            raise TypeError(
+                f"augment must be callable as augment(example, rng) or augment(example), "
+                f"got {type(augment).__name__}; pass a function or None")
+        if collate is not None and not callable(collate):
+            raise TypeError(
+                f"collate must be callable as collate(list_of_examples), got "
+                f"{type(collate).__name__}; pass a function or None for the default")
+        self.augment = augment
+        self.collate: Callable[[list[Any]], Any] = collate or default_collate
         b = self.batch_size
         # Checked before min_fresh is derived from it, so an error names what was passed.
         buffer_size = 8 * b if buffer_size is None else check_positive_int(
