@@ -1,42 +1,14 @@
 """EchoDataset in loaders that Hugging Face accelerate prepared, on two gloo processes."""
 import collections
-import json
-import os
-import pathlib
-import socket
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("accelerate")
 
 from dataecho.torch.accelerated import split_of
+from helpers.launch import run_two_processes
 
 pytestmark = pytest.mark.torch
-HELPERS = pathlib.Path(__file__).parent / "helpers"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_two_processes(script, out_dir, *args, timeout=240):
-    """Runs ``script out_dir *args`` under torchrun on two CPU processes; their results.
-
-    Each process writes ``out_dir/rank<r>.json``.
-    """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-         str(HELPERS / script), str(out_dir), *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(2)]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

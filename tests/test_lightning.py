@@ -4,6 +4,7 @@ Each run records the example ids of the batches its training steps got; a run re
 from a checkpoint must continue the uninterrupted run's sequence exactly.
 """
 
+import collections
 import functools
 import warnings
 
@@ -217,3 +218,15 @@ def test_lightning_runs_each_epoch_at_most_the_len_it_read_first():
     steps = [model.epochs.count(epoch) for epoch in range(4)]
     assert lens == [31, 30, 32, 28]
     assert steps == [31, 30, 31, 28]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ddp_on_two_processes_trains_every_example_factor_times_per_epoch(num_workers,
+                                                                         tmp_path):
+    from helpers.launch import run_two_processes
+
+    ranks = run_two_processes("lightning_job.py", tmp_path, num_workers)
+    trained = collections.Counter(i for r in ranks for i in r["seen"])
+    assert trained == {i: 2 * 2 for i in range(96)}  # factor 2, two epochs
+    assert all((r["fresh"], r["emitted"]) == (2 * 96, 2 * 192) for r in ranks)
+
