@@ -365,3 +365,30 @@ def test_a_checkpoint_in_the_format_before_min_gap_is_refused_by_its_version():
     config = {k: v for k, v in state["config"].items() if k != "min_gap"}  # absent at 0
     with pytest.raises(ValueError, match=r"has version 1 but this dataecho expects version 2"):
         AdaptiveEcho([1, 2, 3]).load_state_dict({**state, "version": 1, "config": config})
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"emitted": None}, "state of AdaptiveEcho lacks the key 'emitted'"),
+    ({"steps": None}, "state of AdaptiveEcho lacks the key 'steps'"),
+    ({"emitted": 10**30}, "state of AdaptiveEcho has emitted=10"),
+    ({"fresh": 10**30}, "state of AdaptiveEcho has fresh=10"),
+    ({"emitted": 9}, "but it must be an int in [0, 2]"),  # 1 fresh item, max_factor 2
+])
+def test_a_state_with_a_missing_key_or_a_counter_past_its_bound_is_refused(change, words):
+    # Fails on the code before this test: a bare KeyError, or the counter was accepted.
+    stage = AdaptiveEcho(range(20), max_factor=2)
+    next(stage)
+    state = json.loads(json.dumps(stage.state_dict()))
+    stage.close()
+    for key, value in change.items():
+        if value is None:
+            del state[key]
+        else:
+            state[key] = value
+    restored = AdaptiveEcho(range(20), max_factor=2)
+    try:
+        with pytest.raises(ValueError) as error:
+            restored.load_state_dict(state)
+    finally:
+        restored.close()
+    assert words in str(error.value), str(error.value)

@@ -8,7 +8,15 @@ from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from .. import _rng
-from .._checks import check_callable, check_positive_int, check_seed, check_size, check_timeout
+from .._checks import (
+    check_callable,
+    check_positive_int,
+    check_seed,
+    check_size,
+    check_timeout,
+    state_int,
+    state_mapping,
+)
 from ..factor import AUTO_BUFFER, DEFAULT_MAX_FACTOR
 from ..iterable import as_stage
 from ..sizes import default_size
@@ -21,6 +29,7 @@ from .timing import AdaptiveStats
 
 T = TypeVar("T")
 
+_MOST = 2**63 - 1  # a counter past this is damaged: no run reads that many items
 _MAX_HORIZON = 64  # steps the echo lane plans at once, at most
 
 #: Recent items echoes are drawn from, by default: ``Auto``'s default for whole items
@@ -271,10 +280,20 @@ class AdaptiveEcho(Stage[T]):
                 "emitted": emitted, "emitted_examples": emitted_ex, "steps": steps}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
+        name, cap = type(self).__name__, self.max_factor
+        upstream = state_mapping(state, "upstream", name)
+        fresh = state_int(state, "fresh", name, maximum=_MOST, rule="fresh items read")
+        fresh_ex = state_int(state, "fresh_examples", name, maximum=_MOST,
+                             rule="fresh examples read")
+        emitted = state_int(state, "emitted", name, maximum=cap * fresh,
+                            rule=f"uses of the {fresh} fresh items, at most max_factor={cap} each")
+        emitted_ex = state_int(state, "emitted_examples", name, maximum=cap * fresh_ex,
+                               rule=f"uses of the {fresh_ex} fresh examples, at most "
+                               f"max_factor={cap} each")
+        steps = state_int(state, "steps", name, maximum=_MOST, rule="steps taken")
         self._stop_feed()
         self._feed, self._over, self._failure = None, False, None
-        self.upstream.load_state_dict(state["upstream"])
-        self._schedule.resume = dict(state["upstream"])
-        self._schedule.restart(*(int(state[k]) for k in (
-            "fresh", "fresh_examples", "emitted", "emitted_examples", "steps")))
-        self._fresh_step = int(state["steps"])
+        self.upstream.load_state_dict(upstream)
+        self._schedule.resume = dict(upstream)
+        self._schedule.restart(fresh, fresh_ex, emitted, emitted_ex, steps)
+        self._fresh_step = steps

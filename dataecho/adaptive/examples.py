@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_positive_int, state_int
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR
 from ..map import fn_name, takes_rng
@@ -146,5 +146,9 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         return {**super()._snapshot(), "last_size": self.last_size}
 
     def _set_state(self, state: Any) -> None:
+        last_size = state_int(state, "last_size", type(self).__name__,
+                              maximum=self.batch_size,
+                              rule=f"examples in the latest batch, at most "
+                              f"batch_size={self.batch_size}")
         super()._set_state(state)
-        self.last_size = int(state["last_size"])
+        self.last_size = last_size
