@@ -147,6 +147,7 @@ class Epochs:
         self._resume = 0
         self._pending_counts = _ZERO
         self._done = _ZERO  # counts of finished epochs
+        self._owner = "Epochs"  # whose state was loaded, for messages
 
     @property
     def epoch(self) -> int:
@@ -207,6 +208,14 @@ class Epochs:
         stage = self._build(epoch)
         if pending is not None:
             stage.load_state_dict(pending)  # a damaged state stays pending, and fails again
+            restored = stage.stats()
+            if restored != self._pending_counts:  # both were taken at one moment
+                stage.close()
+                raise ValueError(
+                    f"state of {self._owner} has counts={asdict(self._pending_counts)}, but "
+                    f"its stage's counters make {asdict(restored)}: the two were not taken "
+                    "together; the checkpoint is damaged; pass the dict saved from the "
+                    "checkpoint")
         self._pending, self._pending_counts = None, _ZERO
         self._stage, self._current = stage, epoch
         return stage
@@ -310,6 +319,7 @@ class Epochs:
         if self._stage is not None:  # replaced by the checkpoint: not counted
             self._stage.close()
             self._stage = None
+        self._owner = owner
         self._current, self._ended, self._done = None, False, done
         if isinstance(stage, Mapping):
             self._pending, self._resume, self._pending_counts = dict(stage), epoch, counts

@@ -122,3 +122,22 @@ def test_bad_arguments_and_a_damaged_stage_are_refused_naming_them():
     with pytest.raises(ValueError, match=r"state of Epochs has stage='half', but it must be "
                                          r"None \(the epoch's start\), 'ended'"):
         Epochs(build).load_state_dict(state)
+
+
+def test_a_state_whose_counts_disagree_with_its_stage_is_refused():
+    # Fails on the code before this test: the counts were reported as loaded, whatever
+    # the stage's own counters said.
+    from dataecho import Echo
+
+    loop = Epochs(lambda epoch: Echo(range(6), factor=2, seed=epoch))
+    stage = loop.start()
+    for _ in range(3):
+        next(stage)
+    state = json.loads(json.dumps(loop.state_dict()))
+    state["counts"]["fresh_examples"] += 5
+    again = Epochs(lambda epoch: Echo(range(6), factor=2, seed=epoch))
+    again.load_state_dict(state, "EchoBatches")
+    with pytest.raises(ValueError, match=r"state of EchoBatches has counts=\{'fresh_examples': "
+                                         r"7, .* but its stage's counters make "
+                                         r"\{'fresh_examples': 2"):
+        again.start()
