@@ -15,10 +15,10 @@ from .batch import Batch, collate
 from .download import FetchError, fetch
 from .echo import Echo
 from .factor import Auto
-from .iterable import IterableSource, NodeSource, StatefulSource, as_stage
 from .map import Map
 from .pipeline import VARIANTS, pipeline
 from .profiler import LoopTiming, Monitor, Profile, profile
+from .readers import IterableSource, NodeSource, StatefulSource, as_stage
 from .shuffle import Shuffle
 from .source import Source
 from .stage import Stage

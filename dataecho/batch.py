@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ._checks import check_bool, check_callable, check_positive_int, state_int, state_mapping
-from .iterable import as_stage
+from .readers import as_stage
 from .stage import Stage, State, read_into
 
 

@@ -20,7 +20,7 @@ from ._checks import (
     state_mapping,
 )
 from .factor import fixed_factor
-from .iterable import as_stage
+from .readers import as_stage
 from .sizes import batch_len, find_batcher, is_batched
 from .stage import Stage, State
 

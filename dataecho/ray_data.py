@@ -26,7 +26,7 @@ from ._checks import check_bool, check_positive_int, check_seed, state_int, stat
 from ._rng import derive_seed
 from .echo import copies_at, copies_for
 from .factor import fixed_factor
-from .iterable import as_stage
+from .readers import as_stage
 from .stage import Stage, State
 
 #: The column that numbers the copies of a row: 0 for the fresh read, 1, 2... for echoes.

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from . import _rng
 from ._checks import check_positive_int, check_seed, state_int, state_mapping
-from .iterable import as_stage
+from .readers import as_stage
 from .stage import Stage, State, read_into
 
 T = TypeVar("T")

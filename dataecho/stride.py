@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ._checks import check_shard, state_int, state_mapping
-from .iterable import as_stage
+from .readers import as_stage
 from .stage import Stage, State
 
 T = TypeVar("T")

@@ -144,7 +144,7 @@ def test_one_shot_iterator_cannot_be_rewound():
 
 
 def test_one_shot_iterator_cannot_be_rewound_after_close_either():
-    from dataecho.iterable import IterableSource
+    from dataecho.readers import IterableSource
     stage = IterableSource(iter(range(20)))
     for _ in range(5):
         next(stage)

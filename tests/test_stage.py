@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dataecho import Batch, Echo, Map, Shard, Shuffle, Source
-from dataecho.iterable import IterableSource
+from dataecho.readers import IterableSource
 
 PIPELINES = {
     "Source": lambda: Source(range(20), seed=1),

@@ -18,7 +18,7 @@ from .._checks import (
     state_mapping,
 )
 from ..factor import AUTO_BUFFER, DEFAULT_MAX_FACTOR
-from ..iterable import as_stage
+from ..readers import as_stage
 from ..sizes import default_size
 from ..stage import Stage, State
 from .buffer import EchoBuffer

@@ -12,8 +12,8 @@ from .._checks import check_bool, check_reiterable, check_seed, check_size
 from .._rng import derive_seed
 from ..echo import total_copies
 from ..factor import Auto, as_factor
-from ..iterable import as_stage
 from ..loop import Epochs
+from ..readers import as_stage
 from ..sizes import batch_size_of
 from ..stage import Stage, State
 from ..stats import EchoStats

@@ -10,10 +10,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._checks import check_augment, check_positive_int, check_seed
 from ..factor import Auto, as_factor
-from ..iterable import as_stage
 from ..loop import Epochs
 from ..map import fn_name
 from ..pipeline import pipeline
+from ..readers import as_stage
 from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State

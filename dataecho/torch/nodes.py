@@ -11,8 +11,8 @@ from .. import _rng
 from .._checks import check_positive_int, check_seed, check_size
 from .._rng import derive_seed
 from ..factor import Auto, as_factor
-from ..iterable import NodeSource, is_node
 from ..loop import Epochs
+from ..readers import NodeSource, is_node
 from ..shuffle import Shuffle
 from ..sizes import one_per_item
 from ..stage import Stage, State

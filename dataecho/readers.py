@@ -1,4 +1,4 @@
-"""Adapters that turn any iterable into a checkpointable stage.
+"""Readers that make any iterable a checkpointable stage (``as_stage``).
 
 Stages accept plain iterables (lists, generators, DataLoaders) as their upstream. An
 object with its own ``state_dict``/``load_state_dict`` (a torchdata
