@@ -70,8 +70,8 @@ def pipeline(
             ``Map(augment)`` after it augments every copy anew.
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches of distinct examples for example echoing (``10 * batch_size *
-            factor`` items, rounded up: :func:`dataecho.shuffle.window_of`); none (1)
-            for batch echoing, where each item is a whole batch, and for ``echo=None``
+            factor`` items, rounded up, at most 65,536: :func:`dataecho.shuffle.window_of`);
+            none (1) for batch echoing, where each item is a whole batch, and for ``echo=None``
             (the baseline: given, the window stands after the augmentation). 1
             disables the post-echo shuffle. With ``Auto`` the adaptive stage's own
             buffer spreads copies (``Auto(buffer_size=...)``) and this is an error.

@@ -94,8 +94,8 @@ class EchoDataset(IterableDataset[Any]):
             ``dataecho.Auto(max_factor=..., buffer_size=...)`` (``"auto"``) for adaptive
             echoing in the workers.
         buffer_size: per-worker shuffle window after the echo stage, in items (1 =
-            none; default the copies of 1,000 examples, ``ceil(1000 * factor)``:
-            :func:`dataecho.shuffle.window_of`); with ``Auto``, pass
+            none; default the copies of 1,000 examples, ``ceil(1000 * factor)``, at
+            most 65,536: :func:`dataecho.shuffle.window_of`); with ``Auto``, pass
             ``Auto(buffer_size=...)``, the examples echoes are drawn from, instead.
             Memory: before augmentation the window holds that many augmented copies
             (at factor 4 and 224x224 RGB uint8, about 600 MB per worker by default);
