@@ -38,14 +38,14 @@ class _Reader(Stage[T]):
         if self._it is None:
             if self._closed:
                 raise StopIteration
+            if self._dead is not None:
+                raise RuntimeError(
+                    f"the upstream generator ({type(self.iterable).__name__}) raised "
+                    f"{type(self._dead).__name__}: {self._dead} and a generator cannot go "
+                    "on after an error, so its remaining items cannot be read; restore the "
+                    "checkpoint taken before the error, or make the upstream an iterator "
+                    "that survives errors") from self._dead
             self._it, self._opened = iter(self.iterable), True
-        if self._dead is not None:
-            raise RuntimeError(
-                f"the upstream generator ({type(self.iterable).__name__}) raised "
-                f"{type(self._dead).__name__}: {self._dead} and a generator cannot go on "
-                "after an error, so its remaining items cannot be read; restore the "
-                "checkpoint taken before the error, or make the upstream an iterator that "
-                "survives errors") from self._dead
         try:
             item = next(self._it)
         except StopIteration:
@@ -55,7 +55,7 @@ class _Reader(Stage[T]):
             # A generator that raised is finished: its next call would end the epoch as
             # if the data were exhausted, silently dropping the rest.
             if isinstance(self._it, GeneratorType):
-                self._dead = error
+                self._dead, self._it = error, None
             raise
         self.items_read += 1
         return item

@@ -309,8 +309,8 @@ class EchoDataset(IterableDataset[Any]):
             # The training process sees its workers' counts only in shared memory.
             fresh, emitted = self._counts.total()
             own = self._loop.stats()
-            extra = EchoStats(fresh - own.fresh_examples, emitted - own.emitted_examples,
-                              fresh - own.fresh_examples, emitted - own.emitted_examples, None)
+            extra = EchoStats.of_examples(fresh - own.fresh_examples,
+                                          emitted - own.emitted_examples)
             state["done"] = asdict(EchoStats(**state["done"]) + extra)
         return state
 
@@ -347,7 +347,7 @@ class EchoDataset(IterableDataset[Any]):
         ``StatefulDataLoader`` count from the restore on.
         """
         fresh, emitted = self._counts.total()
-        return EchoStats(fresh, emitted, fresh, emitted, None)
+        return EchoStats.of_examples(fresh, emitted)
 
     def __repr__(self) -> str:
         head = (repr(self.dataset) if isinstance(self.dataset, Stage)

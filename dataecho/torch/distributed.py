@@ -37,6 +37,19 @@ from .._checks import check_reiterable
 from ..stats import EchoStats
 
 
+def collective_device(group: Any = None) -> torch.device:
+    """Where a collective's tensors live: this thread's CUDA device under NCCL, else CPU.
+
+    Example:
+        >>> import torch.distributed as dist
+        >>> collective_device() if not dist.is_initialized() else torch.device("cpu")
+        device(type='cpu')
+    """
+    if dist.is_available() and dist.is_initialized() and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 class RankAgreement:
     """Combines each rank's vote: min fresh ready, min echo capacity, any ended.
 
@@ -77,9 +90,7 @@ class RankAgreement:
         Votes happen in the consumer's thread, whose current device the user set.
         """
         if self._device is None:
-            nccl = dist.get_backend(self.group) == "nccl"
-            self._device = (torch.device("cuda", torch.cuda.current_device()) if nccl
-                            else torch.device("cpu"))
+            self._device = collective_device(self.group)
         return self._device
 
     def __call__(self, ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
@@ -172,12 +183,10 @@ def stats_over_ranks(dataset: Any, group: Any = None) -> EchoStats:
     own = dataset.stats()
     if not (dist.is_available() and dist.is_initialized()):
         return own  # type: ignore[no-any-return]
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
     counts = torch.tensor([own.fresh_examples, own.emitted_examples], dtype=torch.int64,
-                          device=device)
+                          device=collective_device(group))
     sliced = getattr(dataset, "accelerate_split", None) == "sliced"
     dist.all_reduce(counts, op=dist.ReduceOp.MAX if sliced else dist.ReduceOp.SUM,
                     group=group)
     fresh, emitted = (int(v) for v in counts.tolist())
-    return EchoStats(fresh, emitted, fresh, emitted, None)
+    return EchoStats.of_examples(fresh, emitted)

@@ -64,7 +64,7 @@ class Tally(Stage[Any]):
     def stats(self) -> EchoStats:
         """:meth:`counts` as :class:`dataecho.EchoStats` (one example per item)."""
         fresh, emitted = self.counts()
-        return EchoStats(fresh, emitted, fresh, emitted, None)
+        return EchoStats.of_examples(fresh, emitted)
 
     def _config(self) -> dict[str, Any]:
         return {"reader": list(self.reader)}
@@ -115,32 +115,32 @@ class Handout(Iterator[Any]):
         self._tally, self._publish, self._end, self._fail = tally, publish, end, fail
         self._check_empty = check_empty
         self._error: Exception | None = None
-        self._done = False
+        self._stopped = False  # ended or failed: one check on the per-item path
 
     def __next__(self) -> Any:
-        if self._error is not None:
+        if self._stopped:
+            if self._error is None:
+                raise StopIteration
             raise RuntimeError(
                 f"this EchoDataset iteration stopped at a read error "
                 f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
                 "DataLoader dropped the examples of the batch it was filling; restore the "
                 "checkpoint taken before the error (or start a new iteration, which "
                 "reads the epoch again)") from self._error
-        if self._done:
-            raise StopIteration
         try:
             item = next(self._tally)
         except StopIteration:
             self._finish()
             raise
         except Exception as error:
-            self._error = error
+            self._error, self._stopped = error, True
             self._fail(error)
             raise
         self._publish()
         return item
 
     def _finish(self) -> None:
-        self._done = True
+        self._stopped = True
         self._publish()
         self._end(self._tally)
         if self._check_empty and not self._tally.yields:
