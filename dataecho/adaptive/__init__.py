@@ -1,18 +1,10 @@
 """Adaptive echoing, ``factor=Auto()``: echo only while the next fresh item is late.
 
-* ``echo``: :class:`AdaptiveEcho`, the stage that echoes whole items (batches), and
-  ``examples``: :class:`AdaptiveExamples` (example echoing before augmentation);
-* ``schedule``: the ``Scheduler``, which takes every decision of both, by
-* ``plan``: the decision, pure: ``plan()`` and the :class:`Feed` and :class:`Agreement`
-  protocols;
-* ``buffer``: :class:`EchoBuffer`, the recent items echoes are drawn from;
-* ``prefetch``: :class:`Prefetcher`, the background thread that reads ahead;
-* ``timing``: :class:`AdaptiveStats`, echo counts plus the consumer's stall;
-* ``sim``: :class:`SimClock` and :class:`SimulatedFeed`, to replay decisions without
-  threads or sleeps.
-
-``dataecho.variants.echo_stage`` builds the stages from an ``Auto``; cross-rank
-agreement for DDP is ``dataecho.torch.distributed.RankAgreement``.
+:class:`AdaptiveEcho` echoes whole items (batches), :class:`AdaptiveExamples` examples
+before augmentation; a ``Scheduler`` (``schedule``) takes every decision of both by
+``plan()``, from an :class:`EchoBuffer` and a :class:`Feed` (a :class:`Prefetcher`
+thread, or a :class:`SimulatedFeed` on a :class:`SimClock`). Cross-rank agreement for
+DDP is ``dataecho.torch.distributed.RankAgreement``.
 """
 
 from ..factor import DEFAULT_MAX_FACTOR

@@ -30,17 +30,8 @@ class EchoBuffer(Generic[T]):
     Example:
         >>> buf = EchoBuffer(size=2, max_uses=2)
         >>> buf.add("a", 0); buf.add("b", 1); buf.add("c", 2)
-        >>> buf.capacity, buf.draw(1)
-        (2, [('c', 2, 1)])
-        >>> buf.capacity
-        1
-        >>> spaced = EchoBuffer(size=4, max_uses=3, gap=2)
-        >>> spaced.add("a", 0, now=0); spaced.capacity, spaced.release(2), spaced.capacity
-        (0, None, 1)
-        >>> buf.record(); buf.take(0), buf.capacity
-        (('b', 1, 1), 0)
-        >>> buf.rollback(0); buf.capacity
-        1
+        >>> buf.capacity, buf.draw(1), buf.capacity
+        (2, [('c', 2, 1)], 1)
     """
 
     def __init__(self, size: int, max_uses: int, gap: int = 0) -> None:
@@ -61,16 +52,12 @@ class EchoBuffer(Generic[T]):
     def add(self, item: T, index: int, now: int = 0) -> None:
         """Records a fresh item (its first use, at step ``now``) under its fresh index."""
         if self.max_uses > 1:
-            if len(self.entries) + len(self.cooling) >= self.size:
-                if self.entries:
-                    del self.entries[0]
-                else:
-                    self.cooling.popleft()
-            entry = _Entry(item, index, 1)
+            if len(self.entries) + len(self.cooling) >= self.size:  # full: evict
+                self.entries.pop(0) if self.entries else self.cooling.popleft()
             if self.gap:
-                self.cooling.append((now + self.gap, entry))
+                self.cooling.append((now + self.gap, _Entry(item, index, 1)))
             else:
-                self.entries.append(entry)
+                self.entries.append(_Entry(item, index, 1))
 
     def release(self, now: int) -> None:
         """Makes the items whose ``gap`` has passed by step ``now`` drawable again."""

@@ -47,14 +47,14 @@ class AdaptiveEcho(Stage[T]):
     t_downstream`` capped at ``max_factor``, and is 1 at ``R <= 1``. Decisions depend
     on timing: use :class:`~dataecho.Echo` where runs must be bit-reproducible.
 
-    The first ``min_fresh`` items of a pass (and after a restore) are fresh. The pass
-    ends once the upstream is exhausted and every item read has been emitted. The
-    checkpoint holds counters and the upstream state after the last fresh item emitted
-    (items read ahead are re-read; the buffer is not saved). The thread stops on
-    :meth:`close` or leaving a ``with`` block, on an exception in ``next()``, on garbage
-    collection, and a second after the consumer stopped reading. Upstream exceptions
-    are re-raised with their type and traceback; after any exception in ``next()``,
-    later calls raise a RuntimeError chained to it.
+    The first ``min_fresh`` items of a pass (and after a restore) are fresh; the pass
+    ends once the upstream is exhausted and every item read was emitted. The checkpoint
+    holds counters and the upstream state after the last fresh item emitted (items read
+    ahead are re-read; the buffer is not saved). The thread stops on :meth:`close`, at
+    the end of a ``with`` block, on an exception in ``next()``, on garbage collection,
+    and a second after the consumer stopped reading. Upstream exceptions are re-raised
+    with their type and traceback; after any exception in ``next()``, later calls raise
+    a RuntimeError chained to it.
 
     Args:
         upstream: any iterable of batches: a DataLoader, a Ray iterator, a Stage.
@@ -66,8 +66,7 @@ class AdaptiveEcho(Stage[T]):
             in the paper, which never echoes the rest of a burst
             (``benchmarks/results/bursts.md``).
         prefetch: fresh items the thread reads ahead.
-        min_gap: steps between two uses of one item, at least: spreads the copies
-            where only the newest items have budget left; 0: none.
+        min_gap: steps between two uses of one item, at least; 0: none.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
         size: examples in an item, for accounting; default ``sizes.default_size``.
@@ -90,22 +89,12 @@ class AdaptiveEcho(Stage[T]):
     #: whose steps are built otherwise (AdaptiveExamples) sets False.
     one_item_steps: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        upstream: Iterable[T],
-        *,
-        max_factor: int = DEFAULT_MAX_FACTOR,
-        min_fresh: int = 1,
-        buffer_size: int = DEFAULT_BUFFER,
-        prefetch: int = 2,
-        min_gap: int = 0,
-        timeout: float | None = 120.0,
-        seed: int = 0,
-        size: Callable[[T], int] | None = None,
-        agree: Agreement | None = None,
-        feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
+    def __init__(self, upstream: Iterable[T], *, max_factor: int = DEFAULT_MAX_FACTOR,
+                 min_fresh: int = 1, buffer_size: int = DEFAULT_BUFFER, prefetch: int = 2,
+                 min_gap: int = 0, timeout: float | None = 120.0, seed: int = 0,
+                 size: Callable[[T], int] | None = None, agree: Agreement | None = None,
+                 feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.upstream = as_stage(upstream)
         self.max_factor = check_positive_int(max_factor, "max_factor")
         self.min_fresh = check_positive_int(min_fresh, "min_fresh")
@@ -136,7 +125,7 @@ class AdaptiveEcho(Stage[T]):
         self._first: float | None = None  # clock at the first next()
         self._end: float | None = None  # clock when the pass ended
         self._blocked = 0.0  # seconds inside next(), echoes on the lane excepted
-        self._lane: list[Any] | None = None  # Scheduler.ahead's echoes, popped (see _arm)
+        self._lane: list[Any] | None = None  # Scheduler.ahead's echoes, popped
         self._channel: Channel[Any] | None = None  # the Prefetcher's, where a lane may open
         self._horizon = 1  # steps the next lane plans
         self._fresh_step = 0  # the step that took the latest fresh item
@@ -150,12 +139,21 @@ class AdaptiveEcho(Stage[T]):
         if lane is not None:
             self._settle()
         if self._over:
-            self._ended()
+            if self._failure is None:
+                raise StopIteration
+            # A retry must not end the pass silently: training would stop early unnoticed.
+            raise RuntimeError(
+                f"{type(self).__name__} stopped at an earlier {self._failure!r} and does not "
+                "read on after it; call load_state_dict(state_dict()) to resume from the "
+                "last item emitted, or build a new stage") from self._failure
         schedule, start = self._schedule, self._clock()
         if self._first is None:
             self._first = start
-        if self._feed is None:
-            self._open()  # before the snapshot below: it sets the resume state
+        if self._feed is None:  # before the snapshot below: this sets the resume state
+            schedule.resume = self.upstream.state_dict()
+            self._feed = feed = schedule.feed = self._make_feed(reader(self.upstream, self._size))
+            laned = self.one_item_steps and self._solo and isinstance(feed, Prefetcher)
+            self._channel = feed.channel if laned else None
         before = schedule.resume, schedule.fresh, schedule.fresh_ex
         try:
             out = self._step()
@@ -170,9 +168,47 @@ class AdaptiveEcho(Stage[T]):
             self._over, self._failure = True, err
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
-        self._arm(schedule.fresh != before[1])
+        # The echo lane (one process, a warm pass, a Prefetcher, nothing ready): the
+        # scheduler's echoes for the next steps, until the thread marks it (Channel). It
+        # reaches one step past the run of echoes before a fresh step, the likely run
+        # ahead; after a lane that ran out, twice as far. (No min() or max(): this runs
+        # on every step off the lane.)
+        if schedule.fresh != before[1]:
+            run, self._fresh_step = schedule.steps - 1 - self._fresh_step, schedule.steps - 1
+            self._horizon = 1 if run < 1 else run if run < _MAX_HORIZON else _MAX_HORIZON
+        else:
+            self._horizon = min(2 * self._horizon, _MAX_HORIZON)
+        channel = self._channel
+        if channel is not None and not channel.items and schedule.warm >= self.min_fresh:
+            lane = schedule.ahead(self._horizon)
+            if lane:
+                # Publish, then look (no lock): an item that arrived before is seen here,
+                # one that arrives after finds the lane and marks it, for the producer
+                # appends the item (or clears ``running``) before it reads ``plan``.
+                channel.plan = lane
+                if not channel.items and channel.running:
+                    self._lane = lane
+                else:
+                    channel.plan = None
+                    schedule.settle()  # an item arrived, or the upstream is over: undo it
         self._blocked += self._clock() - start
         return out
+
+    @property
+    def first_copy(self) -> bool:
+        """Whether the item ``next()`` returned last is the first copy of a fresh item.
+
+        False for an echo, before the first item and after a restore (the item that
+        went out before the checkpoint was counted there). Of an
+        :class:`AdaptiveExamples` batch: whether it took a fresh example.
+
+        Example:
+            >>> with AdaptiveEcho([7], max_factor=1) as stage:
+            ...     before, item, after = stage.first_copy, next(stage), stage.first_copy
+            >>> before, item, after
+            (False, 7, True)
+        """
+        return self._schedule.counts()[0] - 1 == self._fresh_step  # set in __next__
 
     def _step(self) -> T:
         copies = self._schedule.step(1)
@@ -181,56 +217,12 @@ class AdaptiveEcho(Stage[T]):
         self._schedule.emit(copies)
         return copies[0][0]  # type: ignore[no-any-return]
 
-    def _ended(self) -> None:
-        if self._failure is None:
-            raise StopIteration
-        err = self._failure
-        # A retry must not end the pass silently: training would stop early unnoticed.
-        raise RuntimeError(
-            f"{type(self).__name__} stopped at an earlier {err!r} and "
-            "does not read on after it; call load_state_dict(state_dict()) to resume from "
-            "the last item emitted, or build a new stage") from err
-
-    def _arm(self, fresh: bool) -> None:
-        """Opens the echo lane (one process, a warm pass, a Prefetcher, nothing ready).
-
-        The lane holds the scheduler's echoes for the next steps; the prefetch thread
-        marks it once a fresh item is ready or it stopped (``Channel.plan``). After a
-        step that took a fresh item (``fresh``) it reaches one step past the run of
-        echoes before, the likely run ahead; after a lane that ran out, twice as far.
-        """
-        schedule, channel = self._schedule, self._channel
-        if fresh:  # (no min() or max(): this runs on every step that is not on the lane)
-            run, self._fresh_step = schedule.steps - 1 - self._fresh_step, schedule.steps - 1
-            self._horizon = 1 if run < 1 else run if run < _MAX_HORIZON else _MAX_HORIZON
-        else:
-            self._horizon = min(2 * self._horizon, _MAX_HORIZON)
-        if channel is None or channel.items or schedule.warm < self.min_fresh:
-            return  # (a fresh item is ready: the next step takes it)
-        lane = schedule.ahead(self._horizon)
-        if lane:
-            # Publish, then look (no lock): an item that arrived before is seen here,
-            # one that arrives after finds the lane and marks it, for the producer
-            # appends the item (or clears ``running``) before it reads ``plan``.
-            channel.plan = lane
-            if not channel.items and channel.running:
-                self._lane = lane
-                return
-            channel.plan = None
-            schedule.settle()  # an item arrived, or the upstream is over: undo the lane
-
     def _settle(self) -> None:
         """Books the lane's echoes, undoes the planned steps it did not emit, closes it."""
         lane, self._lane, channel = self._lane, None, self._channel
         if channel is not None and channel.plan is lane:  # not marked: a mark that comes
             channel.plan = None  # now lands on a dropped list
         self._schedule.settle()
-
-    def _open(self) -> None:
-        self._schedule.resume = self.upstream.state_dict()
-        self._feed = feed = self._schedule.feed = self._make_feed(reader(self.upstream, self._size))
-        laned = self.one_item_steps and self._solo and isinstance(feed, Prefetcher)
-        self._channel = feed.channel if laned else None
 
     def _stop_feed(self, wait: float = 5.0) -> None:
         if self._lane is not None:

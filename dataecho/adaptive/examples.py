@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_bool, check_positive_int, state_int
+from .._checks import check_augment, check_bool, check_callable, check_positive_int, state_int
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR
 from ..map import fn_name, takes_rng
@@ -14,7 +14,6 @@ from ..sizes import one_per_item
 from ..stage import State
 from .echo import AdaptiveEcho
 from .plan import Agreement, Feed
-from .schedule import Copy
 
 
 class AdaptiveExamples(AdaptiveEcho[Any]):
@@ -57,35 +56,19 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
 
     one_item_steps = False  # a step is a batch of fresh examples and echoes
 
-    def __init__(
-        self,
-        upstream: Iterable[Any],
-        batch_size: int,
-        *,
-        augment: Callable[..., Any] | None = None,
-        max_factor: int = DEFAULT_MAX_FACTOR,
-        min_fresh: int | None = None,
-        buffer_size: int | None = None,
-        prefetch: int | None = None,
-        drop_last: bool = False,
-        collate: Callable[[list[Any]], Any] | None = None,
-        timeout: float | None = 120.0,
-        seed: int = 0,
-        agree: Agreement | None = None,
-        feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
+    def __init__(self, upstream: Iterable[Any], batch_size: int, *,
+                 augment: Callable[..., Any] | None = None,
+                 max_factor: int = DEFAULT_MAX_FACTOR, min_fresh: int | None = None,
+                 buffer_size: int | None = None, prefetch: int | None = None,
+                 drop_last: bool = False, collate: Callable[[list[Any]], Any] | None = None,
+                 timeout: float | None = 120.0, seed: int = 0, agree: Agreement | None = None,
+                 feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        if augment is not None and not callable(augment):
-            raise TypeError(
-                f"augment must be callable as augment(example, rng) or augment(example), "
-                f"got {type(augment).__name__}; pass a function or None")
-        if collate is not None and not callable(collate):
-            raise TypeError(
-                f"collate must be callable as collate(list_of_examples), got "
-                f"{type(collate).__name__}; pass a function or None for the default")
-        self.augment = augment
-        self.collate: Callable[[list[Any]], Any] = collate or default_collate
+        self.augment = check_augment(augment)
+        self.collate: Callable[[list[Any]], Any] = check_callable(
+            collate, "collate", "collate(list_of_examples)",
+            "pass a function, or None for dataecho.collate") or default_collate
         b = self.batch_size
         # Checked before min_fresh is derived from it, so an error names what was passed.
         buffer_size = 8 * b if buffer_size is None else check_positive_int(
@@ -97,7 +80,6 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                          timeout=timeout, seed=seed, size=one_per_item, agree=agree,
                          feed=feed, clock=clock)
         self.random = augment is not None and takes_rng(augment)
-        # Copy ``use`` of fresh example ``index`` gets substream index * max_factor + use.
         self._stream = _rng.Stream(self.seed, _rng.ADAPTIVE_COPIES)
         self.drop_last = check_bool(drop_last, "drop_last")
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
@@ -117,18 +99,17 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         partial = len(copies) < self.batch_size
         if not copies or (partial and (self.drop_last or not self._solo)):
             raise StopIteration
-        batch = self.collate([self._augmented(c) for c in copies])  # may raise: count after
+        augment, cap = self.augment, self.max_factor
+        if augment is None:
+            values = [c[0] for c in copies]
+        elif self.random:  # copy ``use`` of fresh example ``index``: substream index * cap + use
+            values = [augment(v, self._stream.at(i * cap + use)) for v, i, use, _ in copies]
+        else:
+            values = [augment(c[0]) for c in copies]
+        batch = self.collate(values)  # may raise: count after
         self._schedule.emit(copies)
         self.last_size = len(copies)
         return batch
-
-    def _augmented(self, copy: Copy) -> Any:
-        value, index, use, _ = copy
-        if self.augment is None:
-            return value
-        if self.random:
-            return self.augment(value, self._stream.at(index * self.max_factor + use))
-        return self.augment(value)
 
     def _config(self) -> dict[str, Any]:
         name = fn_name(self.augment) if self.augment is not None else None
@@ -139,7 +120,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         args = {"batch_size": self.batch_size, **super()._repr_args(),
                 "buffer_size": self.buffer_size, "seed": self.seed}
         if self.augment is not None:
-            args["augment"] = self._config()["augment"]
+            args["augment"] = self._cfg["augment"]
         return args
 
     def _snapshot(self) -> State:

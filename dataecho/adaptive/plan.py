@@ -1,10 +1,7 @@
 """The adaptive echo decision, pure: no threads, no sleeps, no clock of its own.
 
-Whenever the consumer wants data: take the fresh items that are ready, fill the
-shortfall with echoes of recent items while their budget lasts, and wait only when
-neither suffices. The realised factor thus tracks ``R = t_upstream / t_downstream``,
-capped by ``max_factor``, and is exactly 1 when ``R <= 1``. Timing enters only through
-a :class:`Feed`. :class:`~dataecho.adaptive.schedule.Scheduler` applies it at each step.
+Timing enters only through a :class:`Feed`; :class:`~dataecho.adaptive.schedule.Scheduler`
+applies :func:`plan` at each step.
 """
 
 from __future__ import annotations
@@ -16,27 +13,24 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 class Feed(Protocol[T_co]):
-    """Fresh items produced ahead of the consumer (a thread, or a simulation)."""
+    """Fresh items produced ahead of the consumer (a thread, or a simulation).
 
-    def ready(self) -> int:
-        """Items that ``get`` returns without waiting."""
-        ...
+    ``ready()``: the items ``get()`` returns without waiting; ``finished()``: True once
+    none will follow them (upstream over, or closed); ``wait()``: waits until an item is
+    ready or none will follow, taking nothing (TimeoutError); ``get()``: the next item,
+    waiting if needed (StopIteration at the end); ``close(wait)``: stops producing and
+    drops the ready items, waiting up to ``wait`` seconds for a thread.
+    """
 
-    def finished(self) -> bool:
-        """True once nothing will follow the ready items (upstream over or closed)."""
-        ...
+    def ready(self) -> int: ...
 
-    def wait(self) -> None:
-        """Waits until an item is ready or none will follow, taking nothing (TimeoutError)."""
-        ...
+    def finished(self) -> bool: ...
 
-    def get(self) -> T_co:
-        """The next item, waiting if needed; StopIteration at the end."""
-        ...
+    def wait(self) -> None: ...
 
-    def close(self, wait: float = 5.0) -> None:
-        """Stops producing and drops the ready items; waits up to ``wait`` s for a thread."""
-        ...
+    def get(self) -> T_co: ...
+
+    def close(self, wait: float = 5.0) -> None: ...
 
 
 class Agreement(Protocol):
@@ -79,10 +73,12 @@ class Plan(NamedTuple):
 def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
     """Decides how to fill ``need`` items given an (agreed) vote.
 
-    Fresh items first; echoes only to avoid waiting, and none with a partial budget
-    (one more fresh item is awaited instead, after which the shortfall may fit). Once
-    a rank has ``ended`` (nothing ready, nothing coming) the step stops with what it
-    has: no rank can supply another fresh item in step with the others.
+    Take the ready fresh items, fill the shortfall with echoes while the budget lasts,
+    and wait only when neither suffices: the realised factor tracks ``R = t_upstream /
+    t_downstream``, capped by ``max_factor``, and is exactly 1 when ``R <= 1``. No echo
+    with a partial budget (one more fresh item is awaited instead, after which the
+    shortfall may fit). Once a rank has ``ended`` the step stops with what it has: no
+    rank can supply another fresh item in step with the others.
 
     Example:
         >>> plan(4, ready=1, capacity=3, ended=False)
@@ -99,4 +95,3 @@ def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
     if capacity >= rest:
         return Plan(fresh, echoes=rest)
     return Plan(fresh, block=True)
-

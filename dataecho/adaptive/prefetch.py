@@ -1,11 +1,4 @@
-"""A background thread that reads upstream ahead of the consumer into a bounded queue.
-
-The thread holds no reference to its owner, so a dropped owner is finalised and stops
-it; a thread whose queue stays full for ``park_after`` seconds (the consumer left the
-loop) returns, and restarts when the consumer reads again. Only a thread inside a hung
-read cannot be stopped: a daemon, it exits when the read returns. Upstream exceptions
-are raised in the consumer as the same object, with their type and traceback.
-"""
+"""The prefetch thread: reads upstream ahead of the consumer into a bounded queue."""
 
 from __future__ import annotations
 
@@ -32,14 +25,11 @@ _SLICE_S = 0.1
 class Channel(Generic[T]):
     """State shared by the consumer and the producer thread, guarded by ``cond``.
 
-    The consumer may read ``items`` (its length) and the flags ``done`` and ``stop``
+    The consumer reads ``items`` (its length) and the flags ``done`` and ``stop``
     without the lock: each is one read under the GIL, and the flags only turn True.
-
-    ``plan`` is the consumer's echo lane (:class:`~dataecho.adaptive.AdaptiveEcho`),
-    set without the lock before it looks at ``items`` and ``running`` once more. When
-    an item arrives or the producer exits, the producer appends the list to itself, a
-    mark no item can be, and clears ``plan``: the consumer's next pop returns the mark,
-    so it need not look at the queue on every step.
+    ``plan`` is the consumer's echo lane, set without the lock before it looks at
+    ``items`` and ``running`` again. Once an item arrives or the producer exits, the
+    producer appends the list to itself, a mark no item can be, and clears ``plan``.
     """
 
     __slots__ = ("cond", "depth", "done", "error", "items", "plan", "producer", "running",
@@ -109,14 +99,16 @@ def _exit(ch: Channel[Any]) -> None:  # called with the lock held
 class Prefetcher(Generic[T]):
     """Calls ``produce()`` in a daemon thread, keeping up to ``depth`` results queued.
 
+    The thread holds no reference to the prefetcher, so a dropped one is finalised and
+    stops it; a thread whose queue stays full for ``park_after`` seconds returns, and
+    restarts at the next read.
+
     Args:
         produce: returns the next item; raises StopIteration at the end. It runs in
             the thread: it must not touch state the consumer uses meanwhile.
         depth: queue length, an int >= 1.
         timeout: seconds :meth:`get` waits for an item before TimeoutError; None: forever.
-        park_after: seconds with a full queue after which the thread exits until
-            the next read.
-        name: the thread's name.
+        park_after: seconds with a full queue after which the thread exits until the next read.
 
     Example:
         >>> feed = Prefetcher(iter([1, 2]).__next__, depth=2)
@@ -126,12 +118,10 @@ class Prefetcher(Generic[T]):
     """
 
     def __init__(self, produce: Callable[[], T], *, depth: int = 2,
-                 timeout: float | None = 120.0, park_after: float = 1.0,
-                 name: str = "dataecho-prefetch") -> None:
+                 timeout: float | None = 120.0, park_after: float = 1.0) -> None:
         #: The queue and flags shared with the thread (read-only but for ``plan``).
         self.channel: Channel[T] = Channel(check_positive_int(depth, "prefetch"))
-        self._produce, self.timeout = produce, check_timeout(timeout)
-        self._park_after, self._name = park_after, name
+        self._produce, self.timeout, self._park_after = produce, check_timeout(timeout), park_after
         self._thread: threading.Thread | None = None
         self._finalizer = weakref.finalize(self, self.channel.shut)
 
@@ -141,13 +131,13 @@ class Prefetcher(Generic[T]):
             ch.running = True
             self._thread = ch.producer = threading.Thread(
                 target=_produce, args=(ch, self._produce, self._park_after),
-                name=self._name, daemon=True)
+                name="dataecho-prefetch", daemon=True)
             self._thread.start()
 
     def ready(self) -> int:
         """Items :meth:`get` returns without waiting."""
         ch = self.channel  # no lock but to start a thread: see Channel
-        if not (ch.running or ch.done or ch.stop) and len(ch.items) < ch.depth:
+        if not (ch.running or ch.done or ch.stop):
             with ch.cond:
                 self._ensure_running()
         return len(ch.items)
@@ -187,10 +177,9 @@ class Prefetcher(Generic[T]):
             raise StopIteration
 
     def wait(self) -> None:
-        """Returns once :meth:`get` would not wait: an item is ready, or none will follow.
+        """Waits until :meth:`get` would not, taking nothing, so ranks agree on a take after.
 
-        Takes nothing, so ranks can agree on a take after the wait; an upstream error is
-        left for :meth:`get`. TimeoutError after ``timeout`` seconds, like :meth:`get`.
+        An upstream error is left for :meth:`get`; TimeoutError as :meth:`get`.
         """
         with self.channel.cond:
             self._await()
@@ -210,9 +199,9 @@ class Prefetcher(Generic[T]):
             ch.cond.wait(min(left, _SLICE_S))
 
     def close(self, wait: float = 5.0) -> None:
-        """Stops the thread, discarding queued items; waits up to ``wait`` seconds.
+        """Stops the thread, dropping queued items; waits up to ``wait`` seconds for it.
 
-        A thread inside a hung ``produce()`` is a daemon that exits when it returns.
+        Only a thread inside a hung ``produce()`` cannot stop: a daemon, it exits when that returns.
         """
         self._finalizer()
         thread = self._thread
@@ -222,10 +211,9 @@ class Prefetcher(Generic[T]):
 
 def reader(upstream: Stage[Any], size: Callable[[Any], int]
            ) -> Callable[[], tuple[Any, State, int]]:
-    """The thread's job for a stage: read one item, note the state after it and its size.
+    """The thread's job for a stage: an item, the upstream's state after it, its size.
 
-    The state is the checkpoint of the last item the consumer took. A closure over the
-    upstream only, so the downstream stage can be garbage-collected while it runs.
+    A closure over the upstream only, so the downstream stage can be collected meanwhile.
 
     Example:
         >>> from dataecho import Source

@@ -15,9 +15,9 @@ Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in
 class Scheduler:
     """Decides each step of an adaptive stage by :func:`~dataecho.adaptive.plan.plan`.
 
-    :meth:`step` fills a step with fresh items and echoes (one item's echo: :meth:`echo`);
-    :meth:`ahead` takes its answers for the next steps at once, for a lane to emit while
-    nothing fresh arrives. It keeps the counts a checkpoint saves.
+    :meth:`step` fills a step with fresh items and echoes; :meth:`ahead` takes its
+    answers for the next steps at once, for a lane to emit while nothing fresh arrives.
+    It keeps the counts a checkpoint saves.
 
     Args:
         buffer: the recent fresh items, as ``(value, size in examples)``.
@@ -73,9 +73,13 @@ class Scheduler:
             if block:
                 feed.wait()  # TimeoutError for a hung upstream; its error waits for get()
                 awaited = 1
-            if echoes:
-                out += [self.echo(self.steps)] if echoes == 1 else self._draw(echoes)
-                need = 0
+            if echoes == 1:
+                out.append(self.echo(self.steps))
+            elif echoes:  # the (seed, step)-keyed generator only where there is a choice
+                choice = self.picks.at(self.steps) if buffer.capacity > echoes else None
+                out += [(v, i, use, size)
+                        for (v, size), i, use in buffer.draw(echoes, choice, self.steps)]
+            need -= echoes
             if stop:
                 if finished and not ready:
                     with suppress(StopIteration):
@@ -92,12 +96,6 @@ class Scheduler:
         (value, size), index, use = self.buffer.take(
             self.picks.below(step, held) if held > 1 else 0, step)
         return value, index, use, size
-
-    def _draw(self, n: int) -> list[Copy]:
-        # The (seed, step)-keyed generator only where there is a choice to make.
-        choice = self.picks.at(self.steps) if self.buffer.capacity > n else None
-        return [(v, i, use, size)
-                for (v, size), i, use in self.buffer.draw(n, choice, self.steps)]
 
     def emit(self, copies: list[Copy]) -> None:
         """Counts a step of ``copies`` as emitted."""
@@ -138,10 +136,8 @@ class Scheduler:
     def settle(self) -> None:
         """Counts the lane's echoes popped so far, undoes the rest, ends the lane."""
         if self.lane is not None:
-            done = self._done()
-            self.steps, self.emitted = self.steps + done, self.emitted + done
-            self.emitted_ex += self._sizes[done]
-            self.buffer.rollback(self._marks[done])
+            self.buffer.rollback(self._marks[self._done()])
+            self.steps, self.emitted, self.emitted_ex = self.counts()
             self.lane.clear()
             self.lane = None
 

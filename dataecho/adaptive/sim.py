@@ -53,19 +53,15 @@ class SimulatedFeed(Generic[T]):
         self._pending: tuple[T, float] | None = None  # item in production, its finish
         self._ended = False
 
-    def _start(self) -> float | None:
-        k = self._produced
-        if k >= self._depth and k - self._depth >= len(self._taken):
-            return None  # queue full: the producer waits for the consumer
-        room = self._taken[k - self._depth] if k >= self._depth else 0.0
-        return max(self._last, room)
-
     def _advance(self) -> float | None:
         """Produces up to now; returns the time of the next event, if any."""
         while not self._ended:
             if self._pending is None:
-                start = self._start()
-                if start is None or start > self._clock():
+                k, depth = self._produced, self._depth
+                if k >= depth and k - depth >= len(self._taken):
+                    return None  # queue full: the producer waits for the consumer
+                start = max(self._last, self._taken[k - depth] if k >= depth else 0.0)
+                if start > self._clock():
                     return start
                 try:
                     item = self._produce()
@@ -89,11 +85,8 @@ class SimulatedFeed(Generic[T]):
         return self._ended
 
     def wait(self) -> None:
-        while True:
-            next_event = self._advance()
-            if self._queue or next_event is None:
-                return
-            self._clock.now = max(self._clock.now, next_event)  # the consumer waits
+        while (event := self._advance()) is not None and not self._queue:
+            self._clock.now = max(self._clock.now, event)  # the consumer waits
 
     def get(self) -> T:
         self.wait()
