@@ -94,6 +94,7 @@ class Echo(Stage[T]):
         self._item: Any = None
         self._before: Any = None  # upstream snapshot before the item being echoed
         self._left = 0  # copies of _item still to emit
+        self._copies = 0  # copies of _item in all, 0 for one re-read after a restore
         self._owed = 0  # copies still to emit of an item a restore has not re-read yet
         self._size = 1  # examples in _item
         self._fresh = self._fresh_ex = self._planned = self._planned_ex = 0
@@ -110,7 +111,7 @@ class Echo(Stage[T]):
         if n > 1:
             self._before = self.upstream._snapshot()
         item = self._item = next(self.upstream)
-        self._left = n - 1
+        self._left, self._copies = n - 1, n
         if self._sized:
             size = self._size = self._item_size(item)
             self._fresh_ex += size
@@ -133,7 +134,7 @@ class Echo(Stage[T]):
             if self.upstream._snapshot() != self._before:
                 self.upstream.load_state_dict(self.upstream._expand(self._before))
             raise
-        self._item, self._left, self._owed = item, self._owed - 1, 0
+        self._item, self._left, self._owed, self._copies = item, self._owed - 1, 0, 0
         return item  # type: ignore[no-any-return]
 
     def copies(self, index: int) -> int:
@@ -164,6 +165,19 @@ class Echo(Stage[T]):
         left = self._left + self._owed
         return (self._fresh_ex, self._planned_ex - left * self._size,
                 self._fresh, self._planned - left)
+
+    def copies_of(self) -> Callable[[], tuple[int, bool]]:
+        """Tells which example the item just returned is a copy of, and if it is the first.
+
+        The example's number counts this stage's fresh reads from 1. A copy a restore
+        still owed is not the first: that one went out before the checkpoint.
+
+        Example:
+            >>> stage = Echo(["a", "b"], factor=2); copy_of = stage.copies_of()
+            >>> [(item, *copy_of()) for item in stage]
+            [('a', 1, True), ('a', 1, False), ('b', 2, True), ('b', 2, False)]
+        """
+        return lambda: (self._fresh, self._left == self._copies - 1)
 
     @property
     def repeating(self) -> bool:
@@ -211,7 +225,7 @@ class Echo(Stage[T]):
             fresh, fresh_ex, planned, planned_ex)
         # The item being echoed is re-read by the next next(), not here: restoring reads
         # no data, and an upstream error there leaves this stage consistent.
-        self._left, self._item = 0, None
+        self._left, self._item, self._copies = 0, None, 0
         self._before = self.upstream._snapshot() if self._owed else None
 
 

@@ -63,6 +63,10 @@ class Map(Stage[U]):
             return self.fn(item, self._stream.at(position))
         return self.fn(item)
 
+    def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
+        """The upstream's: one transformed item per item read."""
+        return self.upstream.copies_of()
+
     def _config(self) -> dict[str, Any]:
         return {"fn": fn_name(self.fn), "seed": self.seed, "random": self.random}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from . import _rng
@@ -58,6 +58,9 @@ class Shuffle(Stage[T]):
         self._start: Any = None  # upstream snapshot from when the window in _buf began
         self._items: list[Any] | None = None  # the window being read, kept if upstream raises
         self._skip = 0  # items of that window a restore already emitted
+        self._probe: Callable[[], tuple[int, bool]] | None = None  # upstream's copies_of()
+        self._read: list[tuple[int, bool]] = []  # its answers for _items, in read order
+        self._copies: list[tuple[int, bool]] = []  # this stage's answers for _buf
 
     def __next__(self) -> T:
         if self._pos >= len(self._buf):
@@ -72,15 +75,52 @@ class Shuffle(Stage[T]):
             if self._buf:
                 self._window += 1
             self._buf, self._pos = [], 0
-            self._start, self._items = self.upstream._snapshot(), []
-        items = read_into(self._items, self.upstream, self.buffer_size)
+            self._start, self._items, self._read = self.upstream._snapshot(), [], []
+        if self._probe is None:
+            items = read_into(self._items, self.upstream, self.buffer_size)
+        else:
+            items = self._read_asking(self._items, self._probe)
         self._items = None
         if not items:
             raise StopIteration
-        order = _rng.rng(self.seed, _rng.SHUFFLE, self._window).permutation(len(items))
-        self._buf = [items[i] for i in order.tolist()]
+        order = _rng.rng(self.seed, _rng.SHUFFLE, self._window).permutation(len(items)).tolist()
+        self._buf = [items[i] for i in order]
+        if self._probe is not None:
+            self._copies = first_out([self._read[i] for i in order])
         self._buf[:self._skip] = [None] * self._skip
         self._pos, self._skip = self._skip, 0
+
+    def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]]) -> list[Any]:
+        # read_into's loop, asking the upstream about each item as it comes.
+        read, upstream = self._read, self.upstream
+        while len(items) < self.buffer_size:
+            try:
+                item = next(upstream)
+            except StopIteration:
+                break
+            items.append(item)
+            read.append(probe())
+        return items
+
+    def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
+        """Which example an item is a copy of, and whether it is the first to leave.
+
+        Of an example whose first copy entered this window, the copy that leaves the
+        window first is the first; copies of an example whose first copy entered an
+        earlier window never are (that window was emptied before this one).
+
+        Example:
+            >>> import dataecho
+            >>> stage = Shuffle(dataecho.Echo(["a", "b"], factor=2), 4, seed=4)
+            >>> copy_of = stage.copies_of()
+            >>> [(item, *copy_of()) for item in stage]
+            [('a', 1, True), ('b', 2, True), ('b', 2, False), ('a', 1, False)]
+        """
+        probe = self.upstream.copies_of()
+        if probe is None:
+            return None
+        self._probe = probe
+        return lambda: self._copies[self._pos - 1]
 
     def _config(self) -> dict[str, Any]:
         return {"buffer_size": self.buffer_size, "seed": self.seed}
@@ -106,11 +146,28 @@ class Shuffle(Stage[T]):
                          f"buffer_size={self.buffer_size}")
         self.upstream.load_state_dict(upstream)
         self._buf, self._pos, self._window = [], 0, window
-        self._items, self._skip = None, skip
+        self._items, self._skip, self._read = None, skip, []
         if self._skip:
             # Re-reads the window from its start state and skips what was emitted; if the
             # upstream raises meanwhile, the next call finishes the read and the skip.
             self._fill()
+
+
+def first_out(copies: list[tuple[int, bool]]) -> list[tuple[int, bool]]:
+    """``copies`` (example, first in) of a window's items in their order out: first out.
+
+    Example:
+        >>> first_out([(2, False), (3, False), (2, True), (3, True), (4, False)])
+        [(2, True), (3, True), (2, False), (3, False), (4, False)]
+    """
+    new = {example for example, first in copies if first}
+    out = []
+    for example, _ in copies:
+        first = example in new
+        if first:
+            new.discard(example)
+        out.append((example, first))
+    return out
 
 
 def window_of(examples: int, factor: float) -> int:

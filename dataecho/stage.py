@@ -9,7 +9,7 @@ Python stack (no generators) is what makes this possible.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -111,6 +111,26 @@ class Stage(Iterator[T_co], ABC):
             (10, 30)
         """
         return collect(self)
+
+    def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
+        """A function telling which example the item just returned is a copy of.
+
+        It answers ``(number, first)``: the example's number among the fresh examples
+        of its echo stage, from 1, and whether this copy is the first of that example to
+        leave this stage. That counts fresh examples where they leave a pipeline, not
+        where an echo stage read them (a ``Shuffle`` after the echo holds copies back):
+        what an ``EchoDataset`` hands the DataLoader. None where this stage cannot tell:
+        the default. Ask before the first item: a ``Shuffle`` asked records, for each
+        item of its window, what its upstream's function said.
+
+        Example:
+            >>> import dataecho
+            >>> stage = dataecho.Map(dataecho.Echo([7], factor=2), str)
+            >>> copy_of = stage.copies_of()
+            >>> [(item, *copy_of()) for item in stage]
+            [('7', 1, True), ('7', 1, False)]
+        """
+        return None
 
     def close(self) -> None:
         """Releases resources (threads, files) of this stage and everything upstream."""

@@ -279,3 +279,17 @@ def test_counters_that_cannot_hold_together_are_refused(change, words):
     with pytest.raises(ValueError, match="checkpoint is damaged") as error:
         Echo(list(range(6)), 2).load_state_dict(state)
     assert words in str(error.value)
+
+
+def test_copies_of_marks_the_first_copy_and_not_those_a_restore_owed():
+    stage = Echo(range(3), factor=3)
+    copy_of = stage.copies_of()
+    assert [copy_of() for _ in map(lambda _: next(stage), range(4))] == [
+        (1, True), (1, False), (1, False), (2, True)]
+    again = Echo(range(3), factor=3)
+    again.load_state_dict(json.loads(json.dumps(stage.state_dict())))
+    copy_of = again.copies_of()
+    assert [(item, *copy_of()) for item in again] == [
+        (1, 2, False), (1, 2, False), (2, 3, True), (2, 3, False), (2, 3, False)]
+    assert Map(Echo([0], factor=2), str).copies_of() is not None
+    assert Map(Source(range(2)), str).copies_of() is None

@@ -108,3 +108,40 @@ def test_a_state_beyond_what_the_shuffle_can_reach_is_refused_naming_key_value_a
     state = {**stage.state_dict(), key: value}
     with pytest.raises(ValueError, match=message):
         Shuffle(range(10), 4).load_state_dict(state)
+
+
+def _copies_out(stage, copy_of, limit=None):
+    out = []
+    for item in stage:
+        out.append((item, *copy_of()))
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
+@pytest.mark.parametrize("factor", [2, 1.5, 3])
+def test_the_first_copy_out_of_each_example_is_marked_once_also_after_a_restore(factor):
+    def make():
+        stage = Shuffle(Echo(range(40), factor=factor, seed=2), 7, seed=3)
+        return stage, stage.copies_of()
+
+    stage, copy_of = make()
+    full = _copies_out(stage, copy_of)
+    firsts, seen = [], set()
+    for item, _, _ in full:
+        firsts.append(item not in seen)
+        seen.add(item)
+    # The first copy out of each example, by its number, exactly once each.
+    assert [first for _, _, first in full] == firsts
+    assert sorted(e for _, e, first in full if first) == list(range(1, 41))
+    for k in range(len(full)):
+        head, probe = make()
+        _copies_out(head, probe, limit=k) if k else None
+        state = json.loads(json.dumps(head.state_dict()))
+        again, probe = make()
+        again.load_state_dict(state)
+        assert _copies_out(again, probe) == full[k:], f"restored at {k}"
+
+
+def test_a_shuffle_over_a_stage_that_cannot_tell_copies_cannot_either():
+    assert Shuffle(Source(range(5)), 3).copies_of() is None

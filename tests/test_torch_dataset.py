@@ -634,3 +634,79 @@ def test_a_state_is_refused_after_a_read_error_and_a_new_iteration_reads_the_epo
         ds.state_dict()
     rows = [r for batch in loader for r in batch.flatten().tolist()]
     assert collections.Counter(rows) == {i: 2 for i in range(20)}
+
+
+def _distinct_handed_over(ds, batches):
+    """After each batch of a main-process DataLoader: (stats, (distinct ids, ids) so far)."""
+    seen, out = [], []
+    for batch in batches:
+        seen.extend(batch[:, 0].tolist())
+        stats = ds.stats()
+        out.append(((stats.fresh_examples, stats.emitted_examples), (len(set(seen)), len(seen))))
+    return out
+
+
+@pytest.mark.parametrize("factor", [2, 1.5])
+@pytest.mark.parametrize("augment", [None, jitter])
+def test_stats_count_the_examples_handed_over_not_those_waiting_in_the_shuffle_window(
+        factor, augment):
+    # Fresh: distinct examples that left the dataset; emitted: every copy that did. A
+    # window of 200 after the echo reads far ahead of what was handed over.
+    ds = EchoDataset(Tokens(300), augment=augment, factor=factor, buffer_size=200, seed=1)
+    steps = _distinct_handed_over(ds, DataLoader(ds, batch_size=8))
+    assert all(counts == handed for counts, handed in steps)
+    assert steps[-1][0][0] == 300
+
+
+def test_stats_at_a_mid_epoch_restore_continue_as_the_uninterrupted_run_counts():
+    def make():
+        return EchoDataset(Tokens(120), factor=2, buffer_size=50, seed=4)
+
+    ds = make()
+    full = _distinct_handed_over(ds, DataLoader(ds, batch_size=8))
+    for k in (1, 7, 13):
+        first = make()
+        it = iter(DataLoader(first, batch_size=8))
+        head = [next(it) for _ in range(k)]
+        state = json.loads(json.dumps(first.state_dict()))
+        again = make()
+        again.load_state_dict(state)
+        stats = again.stats()
+        assert (stats.fresh_examples, stats.emitted_examples) == full[k - 1][0]
+        steps = _distinct_handed_over(again, DataLoader(again, batch_size=8))
+        assert [counts for counts, _ in steps] == [counts for counts, _ in full[k:]]
+        assert len(head) == k
+
+
+def test_a_tally_state_with_more_first_copies_than_items_is_refused():
+    ds = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    state = ds.state_dict()
+    state["stage"]["fresh"] = state["stage"]["yields"] + 1
+    again = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"fresh=.*first copies handed over, at most yields"):
+        next(iter(DataLoader(again, batch_size=4)))
+
+
+def test_a_stateful_dataloader_restore_keeps_the_counts_its_workers_had():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(Tokens(48), factor=2, buffer_size=6, seed=2)
+        return ds, StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    ds, loader = make()
+    list(loader)
+    whole = ds.stats()
+    ds, loader = make()
+    it = iter(loader)
+    for _ in range(7):
+        next(it)
+    state = loader.state_dict()
+    del it
+    restored_ds, restored = make()
+    restored.load_state_dict(state)
+    list(restored)
+    assert restored_ds.stats() == whole == type(whole).of_examples(48, 96)

@@ -325,26 +325,38 @@ class EchoDataset(IterableDataset[Any]):
         self._failed = None
         # Loaded in a worker (a StatefulDataLoader's restore), the state is that worker's
         # own; loaded here, the copies of every later iteration hold it (see __iter__).
-        self._load = None if get_worker_info() is not None else self._epochs.loaded()
-        if get_worker_info() is None:
-            # The training process carries the totals; a StatefulDataLoader's restored
-            # workers count from the restore on.
-            counts = self._loop.stats()
-            self._counts.reset(counts.fresh_examples, counts.emitted_examples)
+        in_worker = get_worker_info() is not None
+        self._load = None if in_worker else self._epochs.loaded()
+        # Loaded here, the state carries the totals of every worker; loaded in a worker
+        # (a StatefulDataLoader's restore), that worker's, which its slot takes up.
+        counts = self._loop.stats()
+        (self._counts.restore if in_worker else self._counts.reset)(
+            counts.fresh_examples, counts.emitted_examples)
 
     def stats(self) -> EchoStats:
-        """Fresh and emitted examples over all workers of this process, all epochs.
+        """Fresh and emitted examples this dataset handed to the DataLoader, all epochs.
 
-        Counted where this dataset hands examples to the DataLoader, not where the
-        training loop receives them: ``emitted_examples`` includes the examples that
-        ``DataLoader(drop_last=True)`` drops from each worker's last, incomplete batch,
-        and those of batches the workers prefetched but the loop has not taken yet (or
-        never will, if it stops early). For what the steps used, count the batches'
-        lengths in the loop.
+        Counted as examples leave the dataset (summed over the DataLoader workers of
+        this process): ``emitted_examples`` counts every copy handed over,
+        ``fresh_examples`` the examples whose first copy was, so copies still waiting in
+        the shuffle window count in neither, and a run stopped mid-epoch reports what it
+        handed over. The DataLoader's own queue sits after that point: the counts
+        include batches the workers prefetched but the loop has not taken yet (or never
+        will, if it stops early), and the examples ``DataLoader(drop_last=True)`` drops
+        from each worker's last, incomplete batch. For what the steps used, count the
+        batches' lengths in the loop.
 
-        Counted since construction, or since :meth:`load_state_dict` in the main process
-        plus the totals that checkpoint carried. Workers restored by a
-        ``StatefulDataLoader`` count from the restore on.
+        Counted since construction, plus the totals of a checkpoint loaded with
+        :meth:`load_state_dict`, in this process or (a ``StatefulDataLoader``'s restore)
+        in its workers. With ``factor=Auto()`` the counts are the echo stage's, which
+        holds examples it read in its own buffer.
+
+        Example:
+            >>> ds = EchoDataset(list(range(5000)), factor=2, seed=0)
+            >>> examples = iter(ds)
+            >>> batch = [next(examples) for _ in range(8)]  # its shuffle window read 2,000
+            >>> ds.stats().emitted_examples, 4 <= ds.stats().fresh_examples <= 8
+            (8, True)
         """
         fresh, emitted = self._counts.total()
         return EchoStats.of_examples(fresh, emitted)

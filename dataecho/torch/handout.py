@@ -15,15 +15,17 @@ from torch.utils.data import get_worker_info
 
 from .._checks import state_int, state_mapping
 from ..stage import Stage, State
-from ..stats import EchoStats, chain
+from ..stats import Counting, EchoStats, chain
 
 
 class Tally(Stage[Any]):
-    """Counts the fresh and emitted examples of the pipeline it reads.
+    """Counts the examples the pipeline it reads hands over: fresh ones and all copies.
 
-    Fresh examples are those of the first echo stage, or with no echo stage (factor 1)
-    the reads of the last stage that counts them (a ``Shard`` after a stream keeps only
-    this reader's share), or else the items handed over; each is emitted once.
+    ``emitted`` counts every item handed over (one example each); ``fresh`` those that
+    were their example's first copy (:meth:`dataecho.Stage.copies_of`), so a copy
+    still waiting in a shuffle window counts neither. Where the pipeline cannot tell
+    first copies (an echo stage without ``copies_of``), both come from its echo
+    stage instead; without an echo stage every item is fresh.
 
     Args:
         upstream: the pipeline of one epoch.
@@ -32,24 +34,29 @@ class Tally(Stage[Any]):
             or under another split (other workers or ranks) is refused, not replayed.
 
     Example:
-        >>> from dataecho import Echo
-        >>> tally = Tally(Echo(range(3), factor=2))
-        >>> len(list(tally)), tally.counts()
-        (6, (3, 6))
+        >>> from dataecho import Echo, Shuffle
+        >>> tally = Tally(Shuffle(Echo(range(100), factor=2), 200, seed=0))
+        >>> _ = [next(tally) for _ in range(4)]
+        >>> tally.counts()[1], tally.counts()[0] <= 4
+        (4, True)
     """
 
-    VERSION = 2  # 2: the configuration names the reader
+    VERSION = 3  # 2: the configuration names the reader; 3: "fresh" counted at hand-out
     upstream: Stage[Any]
 
     def __init__(self, upstream: Stage[Any], reader: tuple[int, int] = (0, 1)) -> None:
-        self.upstream, self.yields, self.reader = upstream, 0, reader
-        stages = chain(upstream)
-        self._echo = next((s for s in stages if hasattr(s, "echo_counts")), None)
-        self._source = next((s for s in reversed(stages) if hasattr(s, "items_read")), None)
+        self.upstream, self.yields, self.fresh, self.reader = upstream, 0, 0, reader
+        self._copy_of = upstream.copies_of()
+        echoes = [s for s in chain(upstream) if isinstance(s, Counting)]
+        # The fallback, for an echo stage that cannot tell its first copies.
+        self._echo = echoes[0] if echoes and self._copy_of is None else None
 
     def __next__(self) -> Any:
         item = next(self.upstream)
         self.yields += 1
+        copy_of = self._copy_of
+        if copy_of is not None and copy_of()[1]:
+            self.fresh += 1
         return item
 
     def counts(self) -> tuple[int, int]:
@@ -57,9 +64,9 @@ class Tally(Stage[Any]):
         if self._echo is not None:
             fresh, emitted, _, _ = self._echo.echo_counts()
             return fresh, emitted
-        # No echo stage: every example read is emitted once.
-        read = self.yields if self._source is None else int(self._source.items_read)
-        return read, read
+        if self._copy_of is None:  # no echo stage: every example comes once
+            return self.yields, self.yields
+        return self.fresh, self.yields
 
     def stats(self) -> EchoStats:
         """:meth:`counts` as :class:`dataecho.EchoStats` (one example per item)."""
@@ -70,16 +77,19 @@ class Tally(Stage[Any]):
         return {"reader": list(self.reader)}
 
     def _snapshot(self) -> Any:
-        return (self.upstream._snapshot(), self.yields)
+        return (self.upstream._snapshot(), self.yields, self.fresh)
 
     def _state(self, token: Any) -> State:
-        return {"upstream": self.upstream._expand(token[0]), "yields": token[1]}
+        return {"upstream": self.upstream._expand(token[0]), "yields": token[1],
+                "fresh": token[2]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Tally")
         yields = state_int(state, "yields", "Tally", rule="items handed over this epoch")
+        fresh = state_int(state, "fresh", "Tally", maximum=yields,
+                          rule=f"first copies handed over, at most yields={yields}")
         self.upstream.load_state_dict(upstream)
-        self.yields = yields
+        self.yields, self.fresh = yields, fresh
 
     def __repr__(self) -> str:
         return repr(self.upstream)

@@ -203,6 +203,11 @@ class SharedCounts:
         self._array[:] = [0] * (2 * SLOTS)
         self._array[0], self._array[1] = fresh, emitted
 
+    def restore(self, fresh: int, emitted: int) -> None:
+        """Makes (fresh, emitted) this process's own counts: those a restored worker had."""
+        slot = 2 * worker_slot()
+        self._array[slot], self._array[slot + 1] = fresh, emitted
+
     def publisher(self, counts: Callable[[], tuple[int, int]]) -> Callable[[], None]:
         """A function that adds to this process's slot what ``counts()`` grew by since now.
 
