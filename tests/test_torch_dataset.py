@@ -646,13 +646,16 @@ def _distinct_handed_over(ds, batches):
     return out
 
 
-@pytest.mark.parametrize("factor", [2, 1.5])
+@pytest.mark.parametrize("factor", [2, 1.5, "auto"])
 @pytest.mark.parametrize("augment", [None, jitter])
 def test_stats_count_the_examples_handed_over_not_those_waiting_in_the_shuffle_window(
         factor, augment):
     # Fresh: distinct examples that left the dataset; emitted: every copy that did. A
-    # window of 200 after the echo reads far ahead of what was handed over.
-    ds = EchoDataset(Tokens(300), augment=augment, factor=factor, buffer_size=200, seed=1)
+    # window of 200 after the echo reads far ahead of what was handed over; Auto's
+    # stage reads ahead into its own queue.
+    window = {"factor": Auto(max_factor=2)} if factor == "auto" else {
+        "factor": factor, "buffer_size": 200}
+    ds = EchoDataset(Tokens(300), augment=augment, seed=1, **window)
     steps = _distinct_handed_over(ds, DataLoader(ds, batch_size=8))
     assert all(counts == handed for counts, handed in steps)
     assert steps[-1][0][0] == 300

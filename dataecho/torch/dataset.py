@@ -348,8 +348,8 @@ class EchoDataset(IterableDataset[Any]):
 
         Counted since construction, plus the totals of a checkpoint loaded with
         :meth:`load_state_dict`, in this process or (a ``StatefulDataLoader``'s restore)
-        in its workers. With ``factor=Auto()`` the counts are the echo stage's, which
-        holds examples it read in its own buffer.
+        in its workers. With ``factor=Auto()`` the adaptive stage counts them itself:
+        nothing reorders its copies after it.
 
         Example:
             >>> ds = EchoDataset(list(range(5000)), factor=2, seed=0)
