@@ -8,7 +8,7 @@ import pytest
 
 from dataecho import _rng
 from dataecho.adaptive import AdaptiveEcho, AdaptiveExamples, EchoBuffer, SimClock, SimulatedFeed
-from dataecho.adaptive.plan import Plan, plan
+from dataecho.adaptive.schedule import Plan, plan
 from helpers import sim
 
 MAX = 4

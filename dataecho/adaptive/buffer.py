@@ -24,8 +24,6 @@ class EchoBuffer(Generic[T]):
     Use 0 is the fresh emission, so an item is echoed at most ``max_uses - 1`` times.
     A new item at a full buffer evicts the oldest. With ``gap``, an item used at step
     ``k`` waits in :attr:`cooling` until step ``k + gap``, so its copies stand apart.
-    Echoes taken ahead (``Scheduler.ahead``) are taken under :meth:`record`, and those
-    not emitted undone with :meth:`rollback`.
 
     Example:
         >>> buf = EchoBuffer(size=2, max_uses=2)
@@ -36,8 +34,7 @@ class EchoBuffer(Generic[T]):
 
     def __init__(self, size: int, max_uses: int, gap: int = 0) -> None:
         self.size, self.max_uses, self.gap = size, max_uses, gap
-        #: The items that may be drawn now, oldest first (a list: draws index it). Never
-        #: replaced, so a hot path may keep a reference; changes go through the methods.
+        #: The items drawable now, oldest first; never replaced (a hot path may hold it).
         self.entries: list[_Entry[T]] = []
         #: ``(step from which it may be drawn, entry)``, in that order; never replaced.
         self.cooling: deque[tuple[int, _Entry[T]]] = deque()

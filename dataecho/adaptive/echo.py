@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
@@ -21,19 +23,17 @@ from ..factor import AUTO_BUFFER, DEFAULT_MAX_FACTOR
 from ..readers import as_stage
 from ..sizes import default_size
 from ..stage import Stage, State
+from ..stats import EchoStats
 from .buffer import EchoBuffer
-from .plan import Agreement, Feed, alone
 from .prefetch import Channel, Prefetcher, reader
-from .schedule import Scheduler
-from .timing import AdaptiveStats
+from .schedule import Agreement, Feed, Scheduler, alone
 
 T = TypeVar("T")
 
 _MOST = 2**63 - 1  # a counter past this is damaged: no run reads that many items
 _MAX_HORIZON = 64  # steps the echo lane plans at once, at most
 
-#: Recent items echoes are drawn from, by default: ``Auto``'s default for whole items
-#: (loaders deliver in bursts: ``benchmarks/results/bursts.md``).
+#: Recent items echoes are drawn from, by default: ``Auto``'s for whole items.
 DEFAULT_BUFFER = AUTO_BUFFER["items"]
 
 
@@ -48,23 +48,20 @@ class AdaptiveEcho(Stage[T]):
     on timing: use :class:`~dataecho.Echo` where runs must be bit-reproducible.
 
     The first ``min_fresh`` items of a pass (and after a restore) are fresh; the pass
-    ends once the upstream is exhausted and every item read was emitted. The checkpoint
-    holds counters and the upstream state after the last fresh item emitted (items read
-    ahead are re-read; the buffer is not saved). The thread stops on :meth:`close`, at
-    the end of a ``with`` block, on an exception in ``next()``, on garbage collection,
-    and a second after the consumer stopped reading. Upstream exceptions are re-raised
-    with their type and traceback; after any exception in ``next()``, later calls raise
-    a RuntimeError chained to it.
+    ends once the upstream is exhausted and every item read was emitted. A checkpoint
+    holds counters and the upstream state after the last fresh item emitted: items read
+    ahead are read again. The thread stops on :meth:`close` (or a ``with`` block's end),
+    an exception in ``next()``, garbage collection, and a second after the consumer
+    stopped reading. Upstream exceptions are re-raised as they were; after any exception
+    in ``next()``, later calls raise a RuntimeError chained to it.
 
     Args:
         upstream: any iterable of batches: a DataLoader, a Ray iterator, a Stage.
-        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo). The
-            paper's gains grow up to e ≈ 4-8; about 4 repetitions of data are nearly as
-            good as fresh data (Muennighoff et al., 2023).
+        max_factor: the most uses of one fresh item, an int >= 1 (1: never echo); about 4
+            uses are nearly as good as fresh data (Muennighoff et al., 2023).
         min_fresh: fresh items at the start of each pass before echoing may begin.
-        buffer_size: recent items echoes are drawn from (kept alive); 1: the latest, as
-            in the paper, which never echoes the rest of a burst
-            (``benchmarks/results/bursts.md``).
+        buffer_size: recent items echoes are drawn from (kept alive); 1: the latest, as in
+            the paper, never the rest of a burst (``benchmarks/results/bursts.md``).
         prefetch: fresh items the thread reads ahead.
         min_gap: steps between two uses of one item, at least; 0: none.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
@@ -85,8 +82,7 @@ class AdaptiveEcho(Stage[T]):
 
     VERSION = 2  # 2: the config holds min_gap at 0 too
     upstream: Stage[Any]
-    #: Whether a step is one item, so that __next__'s echo lane may emit it; a subclass
-    #: whose steps are built otherwise (AdaptiveExamples) sets False.
+    #: Whether a step is one item, which the echo lane may emit (AdaptiveExamples: False).
     one_item_steps: ClassVar[bool] = True
 
     def __init__(self, upstream: Iterable[T], *, max_factor: int = DEFAULT_MAX_FACTOR,
@@ -103,17 +99,16 @@ class AdaptiveEcho(Stage[T]):
         self.min_gap = check_positive_int(min_gap, "min_gap", minimum=0)
         self.timeout = check_timeout(timeout)
         self.seed = check_seed(seed)
-        self.agree: Agreement = check_callable(agree, "agree", "agree(ready, capacity, ended)",
-                                          "pass dataecho.torch.distributed.RankAgreement() "
-                                          "under DDP, or None for one process") or alone
+        self.agree: Agreement = check_callable(
+            agree, "agree", "agree(ready, capacity, ended)", "pass dataecho.torch.distributed."
+            "RankAgreement() under DDP, or None for one process") or alone
         self._solo = self.agree is alone  # one process: the echo lane may plan ahead
-        self._make_feed = check_callable(feed, "feed", "feed(produce) -> Feed",
-                                    "pass a function such as SimulatedFeed's constructor, "
-                                    "or None for the prefetch thread") or partial(
-            Prefetcher, depth=self.prefetch, timeout=self.timeout)
-        self._clock = check_callable(clock, "clock", "clock() -> seconds",
-                                "pass a function such as time.perf_counter, or None"
-                                ) or time.perf_counter
+        self._make_feed = check_callable(
+            feed, "feed", "feed(produce) -> Feed", "pass a function such as SimulatedFeed's "
+            "constructor, or None for the prefetch thread"
+        ) or partial(Prefetcher, depth=self.prefetch, timeout=self.timeout)
+        self._clock = check_callable(clock, "clock", "clock() -> seconds", "pass a function "
+                                     "such as time.perf_counter, or None") or time.perf_counter
         self._size = check_size(size) or default_size(self.upstream)
         # Echo picks: the draw of step k is keyed by (seed, k), so a restore repeats them.
         self._picks = _rng.Picks(self.seed, _rng.ADAPTIVE_PICKS, _rng.ADAPTIVE_PICK_BLOCKS)
@@ -168,23 +163,21 @@ class AdaptiveEcho(Stage[T]):
             self._over, self._failure = True, err
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
-        # The echo lane (one process, a warm pass, a Prefetcher, nothing ready): the
-        # scheduler's echoes for the next steps, until the thread marks it (Channel). It
-        # reaches one step past the run of echoes before a fresh step, the likely run
-        # ahead; after a lane that ran out, twice as far. (No min() or max(): this runs
-        # on every step off the lane.)
+        # The echo lane (one process, a warm pass, a Prefetcher, nothing ready): the next
+        # steps' echoes, until the thread marks it (Channel). It reaches one step past the
+        # run of echoes before a fresh step, else twice as far as the lane that ran out.
+        # (No min() or max(): this runs on every step off the lane.)
         if schedule.fresh != before[1]:
             run, self._fresh_step = schedule.steps - 1 - self._fresh_step, schedule.steps - 1
             self._horizon = 1 if run < 1 else run if run < _MAX_HORIZON else _MAX_HORIZON
         else:
             self._horizon = min(2 * self._horizon, _MAX_HORIZON)
         channel = self._channel
-        if channel is not None and not channel.items and schedule.warm >= self.min_fresh:
+        if channel is not None and not channel.items:  # (ahead() waits for a warm pass)
             lane = schedule.ahead(self._horizon)
             if lane:
-                # Publish, then look (no lock): an item that arrived before is seen here,
-                # one that arrives after finds the lane and marks it, for the producer
-                # appends the item (or clears ``running``) before it reads ``plan``.
+                # Publish, then look (no lock): an item that arrived before is seen here, one
+                # after marks the lane, as the producer appends it before it reads ``plan``.
                 channel.plan = lane
                 if not channel.items and channel.running:
                     self._lane = lane
@@ -225,8 +218,7 @@ class AdaptiveEcho(Stage[T]):
         self._schedule.settle()
 
     def _stop_feed(self, wait: float = 5.0) -> None:
-        if self._lane is not None:
-            self._settle()
+        self._settle()
         if self._feed is not None:
             self._feed.close(wait)
 
@@ -289,3 +281,33 @@ class AdaptiveEcho(Stage[T]):
         self._schedule.resume = dict(upstream)
         self._schedule.restart(fresh, fresh_ex, emitted, emitted_ex, steps)
         self._fresh_step = steps
+
+
+@dataclass(frozen=True)
+class AdaptiveStats:
+    """Echo counts of an adaptive stage plus the time its consumer spent blocked.
+
+    Example:
+        >>> s = AdaptiveStats(EchoStats(10, 20, 10, 20, None), 20, blocked_s=0.5, wall_s=10.0)
+        >>> s.stall_fraction, s.echo.realised_factor
+        (0.05, 2.0)
+    """
+
+    echo: EchoStats
+    steps: int  # items (or batches) emitted
+    blocked_s: float  # seconds inside next(): waiting, echo bookkeeping, augmentation
+    wall_s: float  # seconds from the first next() to now, or to the end of the data
+
+    @property
+    def stall_fraction(self) -> float:
+        """Share of wall time the consumer was blocked waiting for data; NaN at first."""
+        return self.blocked_s / self.wall_s if self.wall_s > 0 else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every number, for logs and JSON."""
+        return {**self.echo.as_dict(), "steps": self.steps, "blocked_s": self.blocked_s,
+                "wall_s": self.wall_s, "stall_fraction": self.stall_fraction}
+
+    def __str__(self) -> str:
+        return (f"{self.echo}, {self.steps:,} steps, stall {self.stall_fraction:.1%} "
+                f"({self.blocked_s:.2f} s blocked of {self.wall_s:.2f} s)")

@@ -13,7 +13,7 @@ from ..map import fn_name, takes_rng
 from ..sizes import one_per_item
 from ..stage import State
 from .echo import AdaptiveEcho
-from .plan import Agreement, Feed
+from .schedule import Agreement, Feed
 
 
 class AdaptiveExamples(AdaptiveEcho[Any]):
@@ -27,17 +27,15 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
     ``max_factor`` times; when the buffer cannot fill a batch, the consumer waits.
     Augmentation runs in the consumer's thread, so it counts as blocked time.
 
-    Warm-up: by default 4 batches of fresh examples come before the first echo, a
-    stock of echo budget that keeps copies apart. The last batch is topped up with
-    echoes when the buffer allows, else partial (dropped with ``drop_last``, and
-    always under an ``agree`` so that all ranks stop together). Checkpoint, threads,
-    errors and agreement: as :class:`AdaptiveEcho`.
+    The first ``min_fresh`` examples, fresh, stock echo budget that keeps copies apart.
+    The last batch is topped up with echoes when the buffer allows, else partial (dropped
+    with ``drop_last``, and always under an ``agree``, so that all ranks stop together).
+    Checkpoint, threads, errors and agreement: as :class:`AdaptiveEcho`.
 
     Args:
         upstream: decoded examples (the expensive read happens upstream).
         batch_size: examples per batch.
         augment: ``fn(example, rng)`` or ``fn(example)``, applied to every copy.
-        max_factor: the most uses of one example, an int >= 1.
         min_fresh: fresh examples before echoing may begin; default 4 batches (or
             ``buffer_size`` if smaller).
         buffer_size: recent examples echoes are drawn from; default 8 batches, as
@@ -45,7 +43,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         prefetch: examples read ahead; default 2 batches.
         drop_last: drop a final partial batch.
         collate: list of examples -> batch; default :func:`dataecho.collate` (numpy).
-        timeout, seed, agree, feed, clock: as :class:`AdaptiveEcho`.
+        max_factor, timeout, seed, agree, feed, clock: as :class:`AdaptiveEcho`.
 
     Example:
         >>> with AdaptiveExamples(range(8), 4, augment=lambda x, rng: x * 10) as stage:
@@ -127,9 +125,7 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         return {**super()._snapshot(), "last_size": self.last_size}
 
     def _set_state(self, state: Any) -> None:
-        last_size = state_int(state, "last_size", type(self).__name__,
-                              maximum=self.batch_size,
-                              rule=f"examples in the latest batch, at most "
-                              f"batch_size={self.batch_size}")
+        last_size = state_int(state, "last_size", type(self).__name__, maximum=self.batch_size,
+                              rule="examples in the latest batch, at most batch_size")
         super()._set_state(state)
         self.last_size = last_size

@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# The consumer waits in short slices so a KeyboardInterrupt is raised promptly even
-# when the signal was delivered to another thread.
-_SLICE_S = 0.1
+_SLICE_S = 0.1  # the consumer waits in slices: a KeyboardInterrupt is raised promptly
 
 
 class Channel(Generic[T]):
@@ -50,15 +48,15 @@ class Channel(Generic[T]):
         with self.cond:
             self.stop = True
             self.items.clear()
-            self.mark()
-            self.cond.notify_all()
+            self.wake()
 
-    def mark(self) -> None:
-        """Ends the consumer's plan, if any: called with the lock held (see ``plan``)."""
+    def wake(self) -> None:
+        """Marks the consumer's plan, if any (see above), and wakes the waiters; lock held."""
         plan = self.plan
         if plan is not None:
             self.plan = None
             plan.append(plan)
+        self.cond.notify_all()
 
 
 def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> None:
@@ -82,8 +80,7 @@ def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> Non
                 if ch.stop:
                     return _exit(ch)
                 ch.items.append(item)
-                ch.mark()
-                ch.cond.notify_all()
+                ch.wake()
     finally:
         with ch.cond:
             if ch.running and threading.current_thread() is ch.producer:
@@ -92,16 +89,14 @@ def _produce(ch: Channel[T], produce: Callable[[], T], park_after: float) -> Non
 
 def _exit(ch: Channel[Any]) -> None:  # called with the lock held
     ch.running, ch.producer = False, None
-    ch.mark()
-    ch.cond.notify_all()
+    ch.wake()
 
 
 class Prefetcher(Generic[T]):
     """Calls ``produce()`` in a daemon thread, keeping up to ``depth`` results queued.
 
-    The thread holds no reference to the prefetcher, so a dropped one is finalised and
-    stops it; a thread whose queue stays full for ``park_after`` seconds returns, and
-    restarts at the next read.
+    The thread holds no reference to the prefetcher: a dropped one is finalised, and
+    stops it.
 
     Args:
         produce: returns the next item; raises StopIteration at the end. It runs in
@@ -144,8 +139,7 @@ class Prefetcher(Generic[T]):
 
     def finished(self) -> bool:
         """True once no item will follow the queued ones (upstream over, or closed)."""
-        ch = self.channel
-        return ch.done or ch.stop  # flags only ever turn True: no lock needed
+        return self.channel.done or self.channel.stop  # they only turn True: no lock
 
     def get(self) -> T:
         """The next item, waiting up to ``timeout`` seconds.

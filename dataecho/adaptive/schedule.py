@@ -1,23 +1,105 @@
-"""The scheduler: every decision of an adaptive stage, from a feed, a buffer and picks."""
+"""Every decision of an adaptive stage: :func:`plan`, applied at each step by the Scheduler.
+
+:func:`plan` is pure: no threads, no sleeps, no clock; timing enters through a :class:`Feed`.
+"""
 
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .._rng import Picks
 from .buffer import EchoBuffer
-from .plan import Agreement, Feed, plan
 
+T_co = TypeVar("T_co", covariant=True)
 Copy = tuple[Any, int, int, int]  # (value, fresh index, use: 0 = fresh, size in examples)
 
 
-class Scheduler:
-    """Decides each step of an adaptive stage by :func:`~dataecho.adaptive.plan.plan`.
+class Feed(Protocol[T_co]):
+    """Fresh items produced ahead of the consumer (a thread, or a simulation).
 
-    :meth:`step` fills a step with fresh items and echoes; :meth:`ahead` takes its
-    answers for the next steps at once, for a lane to emit while nothing fresh arrives.
-    It keeps the counts a checkpoint saves.
+    ``ready()``: the items ``get()`` returns without waiting; ``finished()``: True once
+    none will follow them (upstream over, or closed); ``wait()``: waits until an item is
+    ready or none will follow, taking nothing (TimeoutError); ``get()``: the next item,
+    waiting if needed (StopIteration at the end); ``close(wait)``: stops producing and
+    drops the ready items, waiting up to ``wait`` seconds for a thread.
+    """
+
+    def ready(self) -> int: ...
+    def finished(self) -> bool: ...
+    def wait(self) -> None: ...
+    def get(self) -> T_co: ...
+    def close(self, wait: float = 5.0) -> None: ...
+
+
+class Agreement(Protocol):
+    """Combines one vote across DDP ranks: min ready, min capacity, any ended."""
+
+    def __call__(self, ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]: ...
+
+
+def alone(ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
+    """The agreement of a single process: its own vote.
+
+    Example:
+        >>> alone(3, 1, False)
+        (3, 1, False)
+    """
+    return ready, capacity, ended
+
+
+class Plan(NamedTuple):
+    """What to do for the items a step still lacks.
+
+    Attributes:
+        fresh: ready fresh items to take now (taking them never waits).
+        echoes: echoes to emit after them.
+        block: wait until one more fresh item is ready (or none will come), taking
+            nothing, then plan again: every take is agreed between ranks.
+        stop: the upstream is over; the step ends with what it has.
+    """
+
+    fresh: int
+    echoes: int = 0
+    block: bool = False
+    stop: bool = False
+
+
+@lru_cache(maxsize=4096)  # pure, and the few answers a stage needs repeat every step
+def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
+    """Decides how to fill ``need`` items given an (agreed) vote.
+
+    Take the ready fresh items, fill the shortfall with echoes while the budget lasts,
+    and wait only when neither suffices: the realised factor tracks ``R = t_upstream /
+    t_downstream``, capped by ``max_factor``, and is exactly 1 when ``R <= 1``. No echo
+    with a partial budget (one more fresh item is awaited instead, after which the
+    shortfall may fit). Once a rank has ``ended`` (nothing ready, nothing to come) the
+    step stops with what it has: no rank can supply another fresh item in step.
+
+    Example:
+        >>> plan(4, ready=1, capacity=3, ended=False)
+        Plan(fresh=1, echoes=3, block=False, stop=False)
+        >>> plan(4, ready=1, capacity=2, ended=False)
+        Plan(fresh=1, echoes=0, block=True, stop=False)
+    """
+    fresh = min(ready, need)
+    rest = need - fresh
+    if rest == 0:
+        return Plan(fresh)
+    if ended:
+        return Plan(fresh, stop=True)
+    if capacity >= rest:
+        return Plan(fresh, echoes=rest)
+    return Plan(fresh, block=True)
+
+
+class Scheduler:
+    """Decides each step of an adaptive stage by :func:`plan`.
+
+    :meth:`step` fills a step with fresh items and echoes; :meth:`ahead` takes its answers
+    for the next steps at once, for a lane to emit while nothing fresh arrives. It keeps
+    the counts a checkpoint saves.
 
     Args:
         buffer: the recent fresh items, as ``(value, size in examples)``.
@@ -33,8 +115,7 @@ class Scheduler:
         self.resume: dict[str, Any] | None = None  # upstream state after the last fresh take
         self.restart(0, 0, 0, 0, 0)
 
-    def restart(self, fresh: int, fresh_ex: int, emitted: int, emitted_ex: int,
-                steps: int) -> None:
+    def restart(self, fresh: int, fresh_ex: int, emitted: int, emitted_ex: int, steps: int) -> None:
         """Sets the counts (items, examples) and begins a pass: an empty buffer, no lane."""
         self.fresh, self.fresh_ex, self.steps = fresh, fresh_ex, steps
         self.emitted, self.emitted_ex = emitted, emitted_ex
@@ -46,11 +127,11 @@ class Scheduler:
     def step(self, need: int) -> list[Copy]:
         """Fresh items and echoes for one step, as agreed with the other ranks.
 
-        Every take follows a vote, so all ranks take the same items in the same rounds.
-        On "block" a rank waits until it has an item or knows none will come, then votes
-        again: the step stops everywhere if any rank's upstream ended during the wait
-        (taking the item at once let the other ranks finish a step this one could not,
-        pairing their later all-reduces with the wrong steps).
+        Every take follows a vote, so all ranks take the same items in the same rounds. On
+        "block" a rank waits until it has an item or knows none will come, then votes again:
+        the step stops everywhere if any rank's upstream ended during the wait (taking the
+        item at once let other ranks finish a step this one could not, pairing their later
+        all-reduces with the wrong steps).
         """
         feed, buffer, out = self.feed, self.buffer, []
         if buffer.gap:
@@ -106,13 +187,13 @@ class Scheduler:
     def ahead(self, horizon: int) -> list[Any] | None:
         """What :meth:`step` emits at the next ``horizon`` steps of one item, none fresh.
 
-        For one process in a warm pass. Taken now, under a buffer record: :meth:`settle`
+        For one process, once the pass is warm. Taken now, under a buffer record: :meth:`settle`
         keeps the steps emitted and undoes the rest, as if each was decided on its own.
         Returns :attr:`lane`, the values last first, to pop until a mark (the list
         appended to itself) ends it; None: nothing to echo.
         """
         buffer, echo = self.buffer, self.echo
-        if not (buffer.entries or buffer.cooling):
+        if self.warm < self.min_fresh or not (buffer.entries or buffer.cooling):
             return None
         buffer.record()
         log: list[Any] = buffer.log  # type: ignore[assignment]  # recording
@@ -136,19 +217,15 @@ class Scheduler:
     def settle(self) -> None:
         """Counts the lane's echoes popped so far, undoes the rest, ends the lane."""
         if self.lane is not None:
-            self.buffer.rollback(self._marks[self._done()])
-            self.steps, self.emitted, self.emitted_ex = self.counts()
+            steps, self.emitted, self.emitted_ex = self.counts()
+            self.buffer.rollback(self._marks[steps - self.steps])
+            self.steps = steps
             self.lane.clear()
             self.lane = None
 
     def counts(self) -> tuple[int, int, int]:
         """(steps, emitted items, emitted examples), the lane's popped echoes included."""
-        done = self._done()
+        lane, done = self.lane, 0
+        if lane is not None:  # the mark is only ever appended: an index below it is an echo
+            done = len(self._marks) - 1 - len(lane) + (1 if lane and lane[-1] is lane else 0)
         return self.steps + done, self.emitted + done, self.emitted_ex + self._sizes[done]
-
-    def _done(self) -> int:
-        lane = self.lane
-        if lane is None:
-            return 0
-        left = len(lane)  # the mark is only ever appended: an index below it is an echo
-        return len(self._marks) - 1 - (left - 1 if left and lane[left - 1] is lane else left)

@@ -1,5 +1,4 @@
-"""A simulated clock and feed: the adaptive decisions replayed without threads or sleeps,
-deterministically at any ``R`` (tests, ``benchmarks/bursts.py``)."""
+"""A simulated clock and feed: adaptive decisions replayed at any ``R``, without threads."""
 
 from __future__ import annotations
 
