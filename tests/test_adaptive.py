@@ -6,13 +6,14 @@ import gc
 import json
 import signal
 import threading
+import time
 import traceback
 
 import numpy as np
 import pytest
 
 from dataecho import Batch, Echo
-from dataecho.adaptive import AdaptiveEcho, Prefetcher
+from dataecho.adaptive import AdaptiveEcho, Prefetcher, SimClock, SimulatedFeed
 from dataecho.sizes import batch_len
 from helpers.threads import prefetch_threads, wait_until
 
@@ -149,6 +150,82 @@ def test_the_lane_stops_echoing_once_the_upstream_is_over():
     assert list(stage) == []  # leftover budget is dropped: nothing is waited for any more
     assert stage.stats().emitted_items == 4
     stage.close()
+
+
+def test_first_copy_is_true_for_each_fresh_item_and_false_for_its_echoes_on_the_lane():
+    up = Gated(4)
+    with AdaptiveEcho(up, max_factor=3, buffer_size=1, prefetch=1) as stage:
+        assert stage.first_copy is False  # before the first item
+        marks, lanes = [], 0
+        for k in range(3):
+            up.open()
+            if k:  # (the first next() starts the thread and waits for item 0)
+                wait_until(lambda: stage.queued() == 1)
+            marks.append((next(stage), stage.first_copy))  # fresh
+            for _ in range(2):  # nothing ready: echoes, planned on the lane
+                lanes += stage._lane is not None
+                marks.append((next(stage), stage.first_copy))
+        assert marks == [(k, use == 0) for k in range(3) for use in range(3)]
+        assert lanes == 6
+        up.open()  # item 3: lets the thread finish
+
+
+class Slow:
+    """A re-iterable upstream that takes ``seconds`` per item, so the consumer outruns it."""
+
+    def __init__(self, n, seconds):
+        self.n, self.seconds = n, seconds
+
+    def __iter__(self):
+        for k in range(self.n):
+            time.sleep(self.seconds)
+            yield k
+
+
+def first_copies(build, restore_at, tick):
+    """Drains ``build()``, moved by a checkpoint into a new ``build()`` after ``restore_at``
+    items (None: never); ``tick(stage)`` after each item. Returns the items marked first
+    copies and the stats of the stage that finished the pass."""
+    stage, firsts, seen = build(), 0, 0
+    assert stage.first_copy is False  # before the first item
+    for _ in iter(int, 1):
+        try:
+            next(stage)
+        except StopIteration:
+            break
+        firsts, seen = firsts + stage.first_copy, seen + 1
+        tick(stage)
+        if seen == restore_at:
+            state = json.loads(json.dumps(stage.state_dict()))
+            stage.close()
+            stage = build()
+            stage.load_state_dict(state)
+            assert stage.first_copy is False  # the item emitted last went out before it
+    stage.close()
+    return firsts, stage.stats()
+
+
+@pytest.mark.parametrize("restore_at", [None, 1, 7, 30])
+def test_first_copies_over_a_pass_are_its_fresh_examples_across_a_restore(restore_at):
+    clock = SimClock()
+
+    def build():
+        return AdaptiveEcho(range(20), max_factor=3, clock=clock, feed=lambda produce:
+                            SimulatedFeed(produce, period=2.5, clock=clock))
+
+    firsts, stats = first_copies(build, restore_at, lambda _: clock.advance(1.0))
+    assert stats.emitted_items > stats.fresh_items  # echoes, each not a first copy
+    assert firsts == stats.fresh_examples == 20
+
+
+@pytest.mark.parametrize("restore_at", [None, 11, 40])
+def test_first_copies_with_a_slow_upstream_on_the_lane_are_its_fresh_examples(restore_at):
+    lanes = []
+    firsts, stats = first_copies(lambda: AdaptiveEcho(Slow(24, 0.004), max_factor=4),
+                                 restore_at, lambda stage: lanes.append(stage._lane))
+    assert any(lane is not None for lane in lanes)  # the lane emitted echoes
+    assert stats.emitted_items > stats.fresh_items
+    assert firsts == stats.fresh_examples == 24
 
 
 def test_min_fresh_items_come_first_even_when_the_upstream_is_slow():
