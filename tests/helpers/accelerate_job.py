@@ -1,21 +1,27 @@
 """One process of a two-process accelerate job over an EchoDataset (run by torchrun).
 
-Writes OUT_DIR/rank<r>.json: the example ids each mode trained on, and the counts
-summed over the ranks. Usage: accelerate_job.py OUT_DIR NUM_WORKERS.
+Phase ``first``, for each split (dispatched, sliced) and 0 or 2 DataLoader workers:
+three epochs uninterrupted, and the same loop stopped after STOP steps with
+``accelerator.save_state`` in CKPT_DIR (the loop's position registered for
+checkpointing); phase ``resume`` resumes each from its checkpoint in this new process
+with ``load_state`` and accelerate's ``skip_first_batches``. Each process writes
+OUT_DIR/rank<r>.json: per run, the example ids it trained and the counts summed over
+the ranks. Usage: accelerate_job.py OUT_DIR PHASE CKPT_DIR.
 """
 import json
 import pathlib
 import sys
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, skip_first_batches
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, Dataset
 
 from dataecho.torch import EchoDataset
 from dataecho.torch.distributed import stats_over_ranks
 
-N, FACTOR, EPOCHS = 96, 2, 2
+N, FACTOR, BATCH, EPOCHS = 48, 2, 4, 3
+STOP = 18  # steps: mid second epoch (12 steps an epoch on two processes)
 
 
 class Ids(Dataset):
@@ -26,23 +32,65 @@ class Ids(Dataset):
         return torch.tensor([i])
 
 
+class Progress:
+    """Where the loop is, saved and loaded with the accelerator's state."""
+
+    def __init__(self):
+        self.epoch, self.batches = 0, 0  # the epoch, and its batches trained
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batches": self.batches}
+
+    def load_state_dict(self, state):
+        self.epoch, self.batches = state["epoch"], state["batches"]
+
+
+def train(split: str, workers: int, ckpt: pathlib.Path, stop: int | None = None,
+          resume: bool = False, stateful: bool = False) -> dict:
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+        dispatch_batches=split == "dispatched", use_stateful_dataloader=stateful))
+    ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
+    loader = accelerator.prepare(DataLoader(ds, batch_size=BATCH, num_workers=workers))
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    if resume:
+        accelerator.load_state(str(ckpt))
+    seen, steps = [], 0
+    for epoch in range(progress.epoch, EPOCHS):
+        loader.set_epoch(epoch)  # accelerate's loader counts its passes from 0 in a process
+        # A stateful loader restores its own position; a plain one skips, reading again.
+        skip = progress.batches if epoch == progress.epoch and not stateful else 0
+        progress.epoch, progress.batches = epoch, skip
+        for batch in skip_first_batches(loader, skip) if skip else loader:
+            seen.extend(batch.flatten().tolist())
+            steps, progress.batches = steps + 1, progress.batches + 1
+            if accelerator.gradient_state.end_of_dataloader:
+                progress.epoch, progress.batches = epoch + 1, 0
+            if steps == stop:
+                accelerator.save_state(str(ckpt))
+                break
+        else:
+            continue
+        break
+    total = stats_over_ranks(ds)
+    return {"seen": seen, "fresh": total.fresh_examples, "emitted": total.emitted_examples}
+
+
 def main() -> None:
-    out_dir, workers = pathlib.Path(sys.argv[1]), int(sys.argv[2])
-    out = {}
-    for dispatch in (True, False):
-        accelerator = Accelerator(
-            cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
-        ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
-        loader = accelerator.prepare(DataLoader(ds, batch_size=4, num_workers=workers))
-        seen = []
-        for _ in range(EPOCHS):
-            for batch in loader:
-                seen.extend(batch.flatten().tolist())
-        total = stats_over_ranks(ds)
-        out["dispatched" if dispatch else "sliced"] = {
-            "seen": seen, "fresh": total.fresh_examples, "emitted": total.emitted_examples}
-    rank = accelerator.process_index
-    (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **out}))
+    out_dir, phase, ckpt_dir = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+    runs = {}
+    for split in ("dispatched", "sliced"):
+        for workers in (0, 2):
+            key, ckpt = f"{split}/{workers}", ckpt_dir / f"{split}{workers}"
+            if phase == "first":
+                runs[f"full/{key}"] = train(split, workers, ckpt)
+                runs[f"stopped/{key}"] = train(split, workers, ckpt, stop=STOP)
+            else:
+                runs[f"resumed/{key}"] = train(split, workers, ckpt, resume=True)
+    if phase == "first":  # a StatefulDataLoader's first epoch, on two processes
+        runs["stateful"] = train("dispatched", 0, ckpt_dir / "stateful", stateful=True)
+    rank = torch.distributed.get_rank()
+    (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **runs}))
 
 
 if __name__ == "__main__":

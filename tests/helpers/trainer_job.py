@@ -1,8 +1,11 @@
 """One process of a two-process Hugging Face Trainer job over an EchoDataset (torchrun).
 
-The model records the example ids of every step; each process writes
-OUT_DIR/rank<r>.json with them and the counts summed over the ranks.
-Usage: trainer_job.py OUT_DIR NUM_WORKERS.
+The model records the example ids of every step. Phase ``first``, for each of CASES:
+three epochs uninterrupted, and the same run stopped with a checkpoint in CKPT_DIR;
+phase ``resume`` resumes each stopped run from its checkpoint, in this new process,
+with :class:`dataecho.torch.hf.ExactResume`. Each process writes OUT_DIR/rank<r>.json:
+per run, the ids it trained and the counts summed over the ranks (after the run).
+Usage: trainer_job.py OUT_DIR PHASE CKPT_DIR.
 """
 import json
 import pathlib
@@ -11,12 +14,17 @@ import sys
 import torch
 from torch import nn
 from torch.utils.data import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from dataecho.torch import EchoDataset
 from dataecho.torch.distributed import stats_over_ranks
+from dataecho.torch.hf import ExactResume
 
-N, FACTOR, BATCH = 96, 2, 4
+N, FACTOR, BATCH, EPOCHS = 48, 2, 4, 3
+STEPS_PER_EPOCH = N * FACTOR // (BATCH * 2)  # 12, on two processes
+#: (DataLoader workers, steps before the stop): mid second epoch, and after the second
+#: epoch's last batch.
+CASES = ((2, STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2), (0, 2 * STEPS_PER_EPOCH))
 
 
 class Ids(Dataset):
@@ -38,22 +46,49 @@ class Recorder(nn.Module):
         return {"loss": self.layer(x).pow(2).mean()}
 
 
-def main() -> None:
-    out_dir, workers = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+class StopAt(TrainerCallback):
+    """Stops the run after ``step`` steps: the job is interrupted there."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def train(out: pathlib.Path, workers: int, stop: int | None = None,
+          resume: str | None = None) -> dict:
     ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
     model = Recorder()
-    steps_per_epoch = N * FACTOR // (BATCH * 2)
     args = TrainingArguments(
-        output_dir=str(out_dir / "trainer"), per_device_train_batch_size=BATCH,
-        max_steps=2 * steps_per_epoch, dataloader_num_workers=workers, use_cpu=True,
-        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=ds)
-    trainer.train()
+        output_dir=str(out), per_device_train_batch_size=BATCH,
+        max_steps=EPOCHS * STEPS_PER_EPOCH, dataloader_num_workers=workers,
+        use_cpu=True, report_to=[], logging_strategy="no", disable_tqdm=True,
+        save_strategy="no" if stop is None else "steps", save_steps=stop or 1,
+        ignore_data_skip=True)
+    callbacks = [ExactResume()] + ([] if stop is None else [StopAt(stop)])
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=resume)
     total = stats_over_ranks(ds)
-    rank = trainer.args.process_index
-    (out_dir / f"rank{rank}.json").write_text(json.dumps(
-        {"rank": rank, "seen": model.seen, "fresh": total.fresh_examples,
-         "emitted": total.emitted_examples}))
+    return {"seen": model.seen, "fresh": total.fresh_examples,
+            "emitted": total.emitted_examples}
+
+
+def main() -> None:
+    out_dir, phase, ckpt_dir = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+    runs = {}
+    for workers, stop in CASES:
+        if phase == "first":
+            runs[f"full/{workers}"] = train(ckpt_dir / "full", workers)
+        out = ckpt_dir / f"w{workers}s{stop}"
+        if phase == "first":
+            runs[f"stopped/{workers}/{stop}"] = train(out, workers, stop=stop)
+        else:
+            runs[f"resumed/{workers}/{stop}"] = train(
+                out, workers, resume=str(out / f"checkpoint-{stop}"))
+    rank = torch.distributed.get_rank()
+    (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **runs}))
 
 
 if __name__ == "__main__":
