@@ -49,11 +49,12 @@ class ExactResume(TrainerCallback, ExportableState):
     ``EchoDataset`` with a fixed factor reads it; an adaptive one (``factor=Auto()``)
     echoes by timing, and is refused.
 
-    Raises (when training starts):
-        ValueError: ``ignore_data_skip`` is False (the Trainer would skip batches from
-            the start of the run on its own); the data set echoes adaptively.
-        TypeError: the train loader is not one that accelerate prepared over an
-            ``EchoDataset``.
+    Raises:
+        ValueError: when training starts, if ``ignore_data_skip`` is False (the Trainer
+            would skip batches from the start of the run on its own) or the data set
+            echoes adaptively.
+        TypeError: when training starts, if the train loader is not one that
+            accelerate prepared over an ``EchoDataset``.
 
     Example:
         >>> callback = ExactResume()
@@ -86,10 +87,12 @@ class ExactResume(TrainerCallback, ExportableState):
                 "and ExactResume resumes the epoch the checkpoint was taken in")
         loader: Any = kwargs.get("train_dataloader")
         _check_loader(loader)
+        # Resumed (global_step > 0): the state is the checkpoint's, which the Trainer
+        # loaded whether or not it restores callbacks from it. A new run starts at 0.
         saved = (getattr(state, "stateful_callbacks", None) or {}).get(_NAME)
         if isinstance(saved, list):  # several of these callbacks: the first one's
             saved = saved[0]
-        attributes = (saved or {}).get("attributes", {})
+        attributes = (saved or {}).get("attributes", {}) if state.global_step > 0 else {}
         self.epoch = int(attributes.get("epoch", 0))
         self.batches = int(attributes.get("batches", 0))
         self._loader, self._first_pass, self._ended = loader, True, False
