@@ -128,6 +128,5 @@ class EchoBuffer(Generic[T]):
         self.log = None
 
 
-# The changes a rollback undoes: a use (the entry stays), a use that spent its budget
-# (it left), a use that sent it to wait out the gap, a release from that wait.
+# What a rollback undoes: a use, a use that spent the budget, one that cooled it, a release.
 _USE, _SPEND, _COOL, _RELEASE = "use", "spend", "cool", "release"

@@ -191,8 +191,7 @@ class AdaptiveEcho(Stage[T]):
     def first_copy(self) -> bool:
         """Whether the item ``next()`` returned last is the first copy of a fresh item.
 
-        False for an echo, before the first item and after a restore (the item that
-        went out before the checkpoint was counted there). Of an
+        False for an echo, before the first item and after a restore; of an
         :class:`AdaptiveExamples` batch: whether it took a fresh example.
 
         Example:

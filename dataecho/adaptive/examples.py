@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _rng
-from .._checks import check_augment, check_bool, check_callable, check_positive_int, state_int
+from .._checks import check_bool, check_positive_int, state_int
 from ..batch import collate as default_collate
 from ..factor import DEFAULT_MAX_FACTOR
 from ..map import fn_name, takes_rng
@@ -63,10 +63,14 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
                  feed: Callable[[Callable[[], Any]], Feed[Any]] | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.augment = check_augment(augment)
-        self.collate: Callable[[list[Any]], Any] = check_callable(
-            collate, "collate", "collate(list_of_examples)",
-            "pass a function, or None for dataecho.collate") or default_collate
+        for name, value, usage, fix in (  # (messages kept word for word)
+                ("augment", augment, "augment(example, rng) or augment(example)", ""),
+                ("collate", collate, "collate(list_of_examples)", " for the default")):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be callable as {usage}, got "
+                                f"{type(value).__name__}; pass a function or None{fix}")
+        self.augment = augment
+        self.collate: Callable[[list[Any]], Any] = collate or default_collate
         b = self.batch_size
         # Checked before min_fresh is derived from it, so an error names what was passed.
         buffer_size = 8 * b if buffer_size is None else check_positive_int(

@@ -99,18 +99,15 @@ class Scheduler:
 
     :meth:`step` fills a step with fresh items and echoes; :meth:`ahead` takes its answers
     for the next steps at once, for a lane to emit while nothing fresh arrives. It keeps
-    the counts a checkpoint saves.
-
-    Args:
-        buffer: the recent fresh items, as ``(value, size in examples)``.
-        picks: the draws among them.
-        agree: the cross-rank agreement; ``alone`` in one process.
-        min_fresh: fresh items after a (re)start before the first echo.
+    the counts a checkpoint saves. Its ``buffer`` holds the recent fresh items as ``(value,
+    size in examples)``, ``picks`` draws among them, ``agree`` is the cross-rank agreement
+    (``alone`` in one process), ``min_fresh`` the fresh items of a pass before an echo.
     """
 
     def __init__(self, buffer: EchoBuffer[tuple[Any, int]], picks: Picks, agree: Agreement,
                  min_fresh: int) -> None:
         self.buffer, self.picks, self.agree, self.min_fresh = buffer, picks, agree, min_fresh
+        self.solo = agree is alone  # one process: its vote is its own, without a call
         self.feed: Feed[Any] = None  # type: ignore[assignment]  # set when a pass begins
         self.resume: dict[str, Any] | None = None  # upstream state after the last fresh take
         self.restart(0, 0, 0, 0, 0)
@@ -140,12 +137,13 @@ class Scheduler:
         while need:
             held = len(buffer.entries) if self.warm + taken + awaited >= self.min_fresh else 0
             ready, finished = feed.ready(), False
-            if ready < need:  # then the end matters: finished() first (no item can
-                finished = feed.finished()  # follow a True), then ready() again
-                ready = feed.ready()
-            vote = self.agree(ready if ready < need else need,  # min(), without a call
-                              held if held < need else need, finished and not ready)
-            fresh, echoes, block, stop = plan(need, *vote)
+            if ready < need:  # then the end matters: finished() first (no item can follow
+                finished = feed.finished()  # a True), then, if it is over, ready() again
+                ready = feed.ready() if finished else ready
+            r, h = ready if ready < need else need, held if held < need else need  # min()s,
+            e = finished and not ready  # without a call; alone() agrees uncalled
+            fresh, echoes, block, stop = (plan(need, r, h, e) if self.solo
+                                          else plan(need, *self.agree(r, h, e)))
             for _ in range(fresh):  # ready: no wait
                 value, self.resume, size = feed.get()
                 out.append((value, self.fresh, 0, size))
