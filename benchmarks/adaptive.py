@@ -1,6 +1,7 @@
 """Adaptive echoing with real threads: does the realised factor track R without stalls?
 
 Usage: python benchmarks/adaptive.py [--trials 3] [--steps 300] [--step-ms 10]
+                                     [--base 1dc233e [--this HEAD]]
                                      [--baseline OTHER/results/adaptive.json]
 
 The upstream sleeps ``t_up = R * t_down`` per batch (read by AdaptiveEcho's prefetch
@@ -19,10 +20,13 @@ after a sleep moves by 2-3x between runs minutes apart). Where neither stage wai
 (R <= the fixed factor), a paired run also steps the two stages in turn, each every
 ``t_down``, so both see the same machine moment (where the fixed factor waits, its
 waits would hand the adaptive stage fresh items it would not have had).
-The machine's load average is recorded before and after. ``--baseline`` takes the JSON
-of another tree's run made just before (the script of that tree, its dataecho on
-PYTHONPATH) and adds each per-step cost over that run's. Writes results/adaptive.json
-and .md.
+The machine's load average is recorded before and after. ``--base REV`` compares
+against a commit in the same run: its ``dataecho/`` (``git archive``) and this checkout's
+(or ``--this REV``'s) take turns, one child process per version and trial, base first
+in even trials, so both see the same load from other jobs; the results are this
+version's, with each per-step cost over the base's. ``--baseline`` takes instead the
+JSON of another tree's run made just before (the script of that tree, its dataecho on
+PYTHONPATH). Writes results/adaptive.json and .md.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -45,7 +52,8 @@ from dataecho import Echo
 from dataecho.adaptive import DEFAULT_MAX_FACTOR, AdaptiveEcho
 from dataecho.stage import Stage
 
-RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 HIGH = 8  # the top of the paper's useful range, for R above the default cap
 
 
@@ -168,8 +176,9 @@ def version() -> str:
         return "unknown"
 
 
-def run(cfg: Config) -> dict[str, Any]:
-    load_before = os.getloadavg()
+def measure(cfg: Config) -> dict[str, Any]:
+    """``cfg.trials`` trials of every scenario: the runs, the paired runs and the
+    consumer-alone reference, as lists over trials (a child's job under ``--base``)."""
     scenarios: dict[str, float | Callable[[int], float]] = {f"R={r:g}": r for r in cfg.ratios}
     scenarios["drift R=2->4->1.5"] = drift
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -184,7 +193,8 @@ def run(cfg: Config) -> dict[str, Any]:
                 result["of_bound"] = result["steps_per_s"] / reference[-1]["steps_per_s"]
                 raw.setdefault(name, {}).setdefault(cond, []).append(result)
                 print(f"trial {trial} {name:18s} {cond:12s} {result['steps_per_s']:6.1f} "
-                      f"steps/s, factor {result['factor']:.2f}, stall {result['stall']:.1%}")
+                      f"steps/s, factor {result['factor']:.2f}, stall {result['stall']:.1%}",
+                      file=sys.stderr)
             if callable(ratio) or ratio > cfg.max_factor:
                 continue  # the fixed factor waits: no pair (see the module docstring)
             runs = conditions(cfg, ratio)
@@ -193,7 +203,14 @@ def run(cfg: Config) -> dict[str, Any]:
                           cfg.steps, cfg.step_ms / 1e3)
             pairs.setdefault(name, []).append(pair)
             print(f"trial {trial} {name:18s} paired next(): fixed {pair['fixed']:.1f} µs, "
-                  f"adaptive {pair['adaptive']:.1f} µs")
+                  f"adaptive {pair['adaptive']:.1f} µs", file=sys.stderr)
+    return {"raw": raw, "pairs": pairs, "reference": reference}
+
+
+def report(cfg: Config, measured: dict[str, Any], code: str,
+           load: dict[str, Any]) -> dict[str, Any]:
+    """The results of ``measure``'s trials (or of several joined), as written out."""
+    raw, pairs, reference = measured["raw"], measured["pairs"], measured["reference"]
     table = {name: {cond: summary(runs) for cond, runs in conds.items()}
              for name, conds in raw.items()}
     checks = {}
@@ -211,14 +228,52 @@ def run(cfg: Config) -> dict[str, Any]:
     costs = next_costs(table, pairs)
     for name, c in costs.items():
         checks[f"{name} next()"] = {"applies": True, "within_2x_of_fixed": c["ratio"] <= 2.0}
-    return {"config": asdict(cfg), "code": version(), "dataecho": dataecho.__version__,
+    return {"config": asdict(cfg), "code": code, "dataecho": dataecho.__version__,
             "machine": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "load_average": {"before": load_before,
-                                                     "after": os.getloadavg()},
+            "cpus": os.cpu_count(), "load_average": load,
             "next_us": costs,
             "pipeline": repr(AdaptiveEcho([], max_factor=cfg.max_factor)),
             "downstream_bound_steps_per_s": summary(reference),
             "nominal_steps_per_s": 1e3 / cfg.step_ms, "results": table, "targets": checks}
+
+
+def unpack(commit: str, into: Path) -> Path:
+    """``commit``'s ``dataecho/`` under ``into``, for a child's PYTHONPATH."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "dataecho"],
+                             check=True, capture_output=True).stdout
+    into.mkdir(parents=True)
+    (into / "code.tar").write_bytes(archive)
+    with tarfile.open(into / "code.tar") as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def child(root: Path, cfg: Config) -> dict[str, Any]:
+    """One trial, in a process whose ``dataecho`` is the one under ``root``."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", "--trials", "1", "--steps", str(cfg.steps),
+         "--step-ms", str(cfg.step_ms)], env={**os.environ, "PYTHONPATH": str(root)},
+        check=True, stdout=subprocess.PIPE, text=True, cwd=root)
+    measured: dict[str, Any] = json.loads(done.stdout)
+    return measured
+
+
+def joined(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The measurements of one-trial children as those of one run of all the trials."""
+    out: dict[str, Any] = {"raw": {}, "pairs": {}, "reference": []}
+    for m in trials:
+        for name, conds in m["raw"].items():
+            for cond, runs in conds.items():
+                out["raw"].setdefault(name, {}).setdefault(cond, []).extend(runs)
+        for name, runs in m["pairs"].items():
+            out["pairs"].setdefault(name, []).extend(runs)
+        out["reference"].extend(m["reference"])
+    return out
+
+
+def short(commit: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", commit],
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def next_costs(table: dict[str, dict[str, Any]],
@@ -324,7 +379,9 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"- {name}: {marks}{note}")
     if "baseline" in res:
         base = res["baseline"]
-        lines += ["", f"Against the baseline run just before, code {base['code']} "
+        when = ("in the same run, trials taking turns" if res.get("same_run_base")
+                else "run just before")
+        lines += ["", f"Against the baseline {when}, code {base['code']} "
                   f"({base['trials']} trials): the adaptive stage's cost per step in this run "
                   "over that run's (medians as above), and in each run adaptive over fixed.", "",
                   "| scenario | next(): this / baseline | paired next() | CPU per step "
@@ -346,10 +403,34 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=Config.trials)
     parser.add_argument("--steps", type=int, default=Config.steps)
     parser.add_argument("--step-ms", type=float, default=Config.step_ms)
+    parser.add_argument("--base", help="a commit to compare against in the same run")
+    parser.add_argument("--this", help="the commit to measure under --base (default: this "
+                        "checkout's working tree)")
     parser.add_argument("--baseline", type=Path, help="another tree's results JSON")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cfg = Config(trials=args.trials, steps=args.steps, step_ms=args.step_ms)
-    res = run(cfg)
+    if args.child:
+        print(json.dumps(measure(cfg)))
+        return
+    before = os.getloadavg()
+    if args.base:
+        parts: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            roots = {"base": unpack(args.base, Path(tmp) / "base"),
+                     "this": unpack(args.this, Path(tmp) / "this") if args.this else ROOT}
+            for trial in range(cfg.trials):
+                for v in ("base", "this") if trial % 2 == 0 else ("this", "base"):
+                    parts[v].append(child(roots[v], cfg))
+                print(f"trial {trial + 1}/{cfg.trials} of both done", file=sys.stderr)
+        load = {"before": before, "after": os.getloadavg()}
+        res = report(cfg, joined(parts["this"]),
+                     short(args.this) if args.this else version(), load)
+        base = report(cfg, joined(parts["base"]), short(args.base), load)
+        res["baseline"], res["same_run_base"] = against(res, base), True
+    else:
+        res = report(cfg, measure(cfg), version(),
+                     {"before": before, "after": os.getloadavg()})
     if args.baseline:
         res["baseline"] = against(res, json.loads(args.baseline.read_text()))
     RESULTS.mkdir(exist_ok=True)

@@ -1,16 +1,17 @@
 """Per-item cost of the stages, this checkout against a base commit, in one run.
 
-Usage: python benchmarks/stages.py [--base 4112318] [--items 200000] [--repeats 7]
+Usage: python benchmarks/stages.py [--base 4112318] [--this HEAD] [--items 200000]
+                                   [--repeats 7]
 
 The base commit's ``dataecho/`` is unpacked with ``git archive`` into a temporary
-folder. Each repeat runs one child process per version, alternating base and this
-checkout, so both see the same load from other jobs on a shared machine. A child
-times every case (best of 3 passes over N items) against plain iteration of a list of
-what the case emits; the table reports medians over the repeats, in µs per emitted
-item (per input item for ``Batch``), and the ratio this / base (the median of the
-ratios of runs made back to back, and of the fastest runs). Checkpoint rows time
-one ``state_dict()`` or ``_snapshot()`` call. Writes benchmarks/results/stages.json
-and .md.
+folder, and so is ``--this``'s (default: this checkout's working tree). Each repeat runs
+one child process per version, alternating base and this checkout, so both see the same
+load from other jobs on a shared machine. A child times every case (best of 3 passes
+over N items) against plain iteration of a list of what the case emits; the table
+reports medians over the repeats, in µs per emitted item (per input item for ``Batch``),
+and the ratio this / base (the median of the ratios of runs made back to back, and of
+the fastest runs). Checkpoint rows time one ``state_dict()`` or ``_snapshot()`` call.
+Writes benchmarks/results/stages.json and .md.
 """
 
 from __future__ import annotations
@@ -83,10 +84,11 @@ def measure(n: int) -> dict[str, float]:
     return out
 
 
-def unpack_base(commit: str, into: Path) -> Path:
+def unpack(commit: str, into: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "dataecho"],
                              check=True, capture_output=True).stdout
-    path = into / "base.tar"
+    into.mkdir(parents=True)
+    path = into / "code.tar"
     path.write_bytes(archive)
     with tarfile.open(path) as tar:
         tar.extractall(into, filter="data")
@@ -104,6 +106,7 @@ def child(root: Path, n: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", default="4112318", help="the commit to compare against")
+    parser.add_argument("--this", help="the commit to measure (default: the working tree)")
     parser.add_argument("--items", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -114,7 +117,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory() as tmp:
-        roots = {"base": unpack_base(args.base, Path(tmp)), "this": ROOT}
+        roots = {"base": unpack(args.base, Path(tmp) / "base"),
+                 "this": unpack(args.this, Path(tmp) / "this") if args.this else ROOT}
         for r in range(args.repeats):
             for version in ("base", "this") if r % 2 == 0 else ("this", "base"):
                 runs[version].append(child(roots[version], args.items))
@@ -127,7 +131,7 @@ def main() -> None:
         rows[name] = {"base": statistics.median(base), "this": statistics.median(this),
                       "ratio": statistics.median(t / b for t, b in zip(this, base, strict=True)),
                       "best_ratio": min(this) / min(base)}
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.this or "HEAD"],
                           capture_output=True, text=True).stdout.strip()
     result = {"machine": platform.platform(), "python": platform.python_version(),
               "cpus": os.cpu_count(), "load_average": load, "base": args.base, "this": head,
@@ -139,8 +143,9 @@ def main() -> None:
              f"{args.items:,} items; median of {args.repeats} alternating runs per version, "
              f"each the best of 3 passes; {result['machine']}, {result['cpus']} CPUs "
              f"(load average {load:.1f} at the start), Python {result['python']}. "
-             f"Base is commit {args.base}, this is {head} "
-             "(plus uncommitted changes, if any). µs per emitted item (per input item for "
+             f"Base is commit {args.base}, this is {head}"
+             f"{'' if args.this else ' (plus uncommitted changes, if any)'}. "
+             "µs per emitted item (per input item for "
              "Batch); checkpoint rows are µs per call; overhead is the stage's time less "
              "plain iteration of what it emits.", "",
              "this / base is the median of the ratios of runs made back to back; best / best "
