@@ -74,22 +74,25 @@ def test_every_example_is_trained_factor_times_per_epoch_across_two_processes(
         assert (r[key]["fresh"], r[key]["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR)
 
 
-@pytest.mark.parametrize(("split", "workers"), SPLITS)
-def test_accelerate_resumes_mid_epoch_on_two_processes_by_skipping_first_batches(
-        accelerate_runs, split, workers):
-    # Stopped mid second epoch, resumed in a new process with load_state and
-    # skip_first_batches: the ids trained after the resume follow those before as in
-    # the uninterrupted run, on each rank. Fails without loader.set_epoch(epoch) in
-    # the loop: accelerate's loader numbers its passes from 0 in every process, so the
-    # resumed epoch would be read with epoch 0's order.
-    key = f"{split}/{workers}"
+@pytest.mark.parametrize(("split", "workers", "stop", "epochs_read"), [
+    *((split, workers, 18, 2) for split, workers in SPLITS),  # mid second epoch
+    ("dispatched", 2, 24, 1),  # after the second epoch's last batch
+])
+def test_accelerate_resumes_exactly_on_two_processes_by_skipping_first_batches(
+        accelerate_runs, split, workers, stop, epochs_read):
+    # Stopped, resumed in a new process with load_state and skip_first_batches: the ids
+    # trained after the resume follow those before as in the uninterrupted run, on each
+    # rank. Fails without loader.set_epoch(epoch) in the loop: accelerate's loader
+    # numbers its passes from 0 in every process, so the resumed epoch would be read
+    # with epoch 0's order.
+    case = f"{split}/{workers}/{stop}"
     for r in accelerate_runs:
-        assert r[f"stopped/{key}"]["seen"] + r[f"resumed/{key}"]["seen"] == r[f"full/{key}"][
-            "seen"]
-        # Counted from the resume on, the skipped batches read again: the whole second
-        # epoch and the third (the counts before the stop are not in the checkpoint).
-        resumed = r[f"resumed/{key}"]
-        assert (resumed["fresh"], resumed["emitted"]) == (2 * N, 2 * N * FACTOR)
+        stopped, resumed = r[f"stopped/{case}"], r[f"resumed/{case}"]
+        assert stopped["seen"] + resumed["seen"] == r[f"full/{split}/{workers}"]["seen"]
+        # Counted from the resume on, the skipped batches read again (the counts before
+        # the stop are not in the checkpoint).
+        assert (resumed["fresh"], resumed["emitted"]) == (epochs_read * N,
+                                                          epochs_read * N * FACTOR)
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -147,17 +150,19 @@ def test_the_hf_trainer_on_two_processes_trains_every_example_factor_times(
                for r in trainer_runs)
 
 
-@pytest.mark.parametrize(("workers", "stop", "epochs_read"), [
-    (2, 18, 2),  # mid second epoch: the second epoch is read again from its start
-    (0, 24, 1),  # after the second epoch's last batch: the third epoch only
+@pytest.mark.parametrize(("workers", "accumulation", "stop", "epochs_read"), [
+    (2, 1, 18, 2),  # mid second epoch: the second epoch is read again from its start
+    (0, 1, 24, 1),  # after the second epoch's last batch: the third epoch only
+    (0, 2, 9, 2),  # mid second epoch, two batches an optimizer step
 ])
 def test_exact_resume_resumes_the_trainer_exactly_past_the_first_epoch(
-        trainer_runs, workers, stop, epochs_read):
+        trainer_runs, workers, accumulation, stop, epochs_read):
     # Fails without ExactResume: the Trainer's own resume trained the second epoch's
     # first batches again (resumed in it: from its start; in the third: 80 items).
+    case = f"{workers}/{accumulation}/{stop}"
     for r in trainer_runs:
-        stopped, resumed = r[f"stopped/{workers}/{stop}"], r[f"resumed/{workers}/{stop}"]
-        assert len(stopped["seen"]) == stop * 4
+        stopped, resumed = r[f"stopped/{case}"], r[f"resumed/{case}"]
+        assert len(stopped["seen"]) == stop * accumulation * 4
         assert stopped["seen"] + resumed["seen"] == r[f"full/{workers}"]["seen"]
         # Counted from the resume on, the skipped batches read again.
         assert (resumed["fresh"], resumed["emitted"]) == (epochs_read * N,

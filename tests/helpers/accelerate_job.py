@@ -1,7 +1,7 @@
 """One process of a two-process accelerate job over an EchoDataset (run by torchrun).
 
 Phase ``first``, for each split (dispatched, sliced) and 0 or 2 DataLoader workers:
-three epochs uninterrupted, and the same loop stopped after STOP steps with
+three epochs uninterrupted, and the same loop stopped (CASES) with
 ``accelerator.save_state`` in CKPT_DIR (the loop's position registered for
 checkpointing); phase ``resume`` resumes each from its checkpoint in this new process
 with ``load_state`` and accelerate's ``skip_first_batches``. Each process writes
@@ -21,7 +21,10 @@ from dataecho.torch import EchoDataset
 from dataecho.torch.distributed import stats_over_ranks
 
 N, FACTOR, BATCH, EPOCHS = 48, 2, 4, 3
-STOP = 18  # steps: mid second epoch (12 steps an epoch on two processes)
+MID, END = 18, 24  # steps: mid second epoch, its end (12 steps an epoch on two processes)
+#: (split, DataLoader workers, steps before the stop)
+CASES = [(split, workers, MID) for split in ("dispatched", "sliced") for workers in (0, 2)]
+CASES.append(("dispatched", 2, END))
 
 
 class Ids(Dataset):
@@ -79,14 +82,15 @@ def train(split: str, workers: int, ckpt: pathlib.Path, stop: int | None = None,
 def main() -> None:
     out_dir, phase, ckpt_dir = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
     runs = {}
-    for split in ("dispatched", "sliced"):
-        for workers in (0, 2):
-            key, ckpt = f"{split}/{workers}", ckpt_dir / f"{split}{workers}"
-            if phase == "first":
-                runs[f"full/{key}"] = train(split, workers, ckpt)
-                runs[f"stopped/{key}"] = train(split, workers, ckpt, stop=STOP)
-            else:
-                runs[f"resumed/{key}"] = train(split, workers, ckpt, resume=True)
+    for split, workers, stop in CASES:
+        key, case = f"{split}/{workers}", f"{split}/{workers}/{stop}"
+        ckpt = ckpt_dir / case.replace("/", "-")
+        if phase == "first":
+            if f"full/{key}" not in runs:
+                runs[f"full/{key}"] = train(split, workers, ckpt_dir / "full")
+            runs[f"stopped/{case}"] = train(split, workers, ckpt, stop=stop)
+        else:
+            runs[f"resumed/{case}"] = train(split, workers, ckpt, resume=True)
     if phase == "first":  # a StatefulDataLoader's first epoch, on two processes
         runs["stateful"] = train("dispatched", 0, ckpt_dir / "stateful", stateful=True)
     rank = torch.distributed.get_rank()

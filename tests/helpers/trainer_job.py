@@ -22,9 +22,11 @@ from dataecho.torch.hf import ExactResume
 
 N, FACTOR, BATCH, EPOCHS = 48, 2, 4, 3
 STEPS_PER_EPOCH = N * FACTOR // (BATCH * 2)  # 12, on two processes
-#: (DataLoader workers, steps before the stop): mid second epoch, and after the second
-#: epoch's last batch.
-CASES = ((2, STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2), (0, 2 * STEPS_PER_EPOCH))
+#: (DataLoader workers, gradient accumulation, optimizer steps before the stop): mid
+#: second epoch, after the second epoch's last batch, and mid second epoch again with
+#: two batches a step (the order of the batches is the same).
+CASES = ((2, 1, STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2), (0, 1, 2 * STEPS_PER_EPOCH),
+         (0, 2, (STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2) // 2))
 
 
 class Ids(Dataset):
@@ -57,13 +59,14 @@ class StopAt(TrainerCallback):
             control.should_training_stop = True
 
 
-def train(out: pathlib.Path, workers: int, stop: int | None = None,
+def train(out: pathlib.Path, workers: int, accumulation: int = 1, stop: int | None = None,
           resume: str | None = None) -> dict:
     ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
     model = Recorder()
     args = TrainingArguments(
         output_dir=str(out), per_device_train_batch_size=BATCH,
-        max_steps=EPOCHS * STEPS_PER_EPOCH, dataloader_num_workers=workers,
+        max_steps=EPOCHS * STEPS_PER_EPOCH // accumulation, dataloader_num_workers=workers,
+        gradient_accumulation_steps=accumulation,
         use_cpu=True, report_to=[], logging_strategy="no", disable_tqdm=True,
         save_strategy="no" if stop is None else "steps", save_steps=stop or 1,
         ignore_data_skip=True)
@@ -78,15 +81,16 @@ def train(out: pathlib.Path, workers: int, stop: int | None = None,
 def main() -> None:
     out_dir, phase, ckpt_dir = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
     runs = {}
-    for workers, stop in CASES:
-        if phase == "first":
+    for workers, accumulation, stop in CASES:
+        if phase == "first" and f"full/{workers}" not in runs:
             runs[f"full/{workers}"] = train(ckpt_dir / "full", workers)
-        out = ckpt_dir / f"w{workers}s{stop}"
+        case = f"{workers}/{accumulation}/{stop}"
+        out = ckpt_dir / case.replace("/", "-")
         if phase == "first":
-            runs[f"stopped/{workers}/{stop}"] = train(out, workers, stop=stop)
+            runs[f"stopped/{case}"] = train(out, workers, accumulation, stop=stop)
         else:
-            runs[f"resumed/{workers}/{stop}"] = train(
-                out, workers, resume=str(out / f"checkpoint-{stop}"))
+            runs[f"resumed/{case}"] = train(out, workers, accumulation,
+                                            resume=str(out / f"checkpoint-{stop}"))
     rank = torch.distributed.get_rank()
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **runs}))
 
