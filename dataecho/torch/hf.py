@@ -2,27 +2,34 @@
 
 The Trainer cannot resume an ``IterableDataset`` by itself: without ``len()`` it counts
 a whole run as one epoch, so on resume it skips ``global_step`` batches from the start
-of the run's first epoch, and each later pass over the data set starts over from epoch
-0 (``set_epoch(0)``, ``set_epoch(1)``, ...): a run resumed in the second epoch trains
-that epoch again from its start. :class:`ExactResume` keeps, in the Trainer's own
-checkpoints, which epoch the run is in and how many of its batches were trained, and
-on resume makes the loader read that epoch, past those batches, and the epochs after.
+of the data set's first epoch, and it numbers its passes over the data set from 0 in
+every run, a resumed one included (``set_epoch(0)``, ``set_epoch(1)``, ...): a run
+resumed in the second epoch trains that epoch again from its start. :class:`ExactResume`
+keeps, in the Trainer's own checkpoints, which epoch the run is in and how many of its
+batches were trained, and on resume makes the loader read that epoch, past those
+batches, and the epochs after.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..factor import Auto
+from .dataset import EchoDataset
+
 try:
     from transformers import TrainerCallback
     from transformers.trainer_callback import ExportableState
+except ModuleNotFoundError as error:  # pragma: no cover - depends on what is installed
+    if error.name != "transformers":
+        raise
+    raise ModuleNotFoundError(
+        "dataecho.torch.hf needs Hugging Face transformers, which is not installed; "
+        "pip install 'dataecho[hf]'", name="transformers") from None
 except ImportError as error:  # pragma: no cover - depends on the installed transformers
     raise ImportError(
         "dataecho.torch.hf needs transformers>=4.41 (its Trainer saves callback states "
         "in checkpoints from that version on); pip install -U transformers") from error
-
-from ..factor import Auto
-from .dataset import EchoDataset
 
 _NAME = "ExactResume"
 
