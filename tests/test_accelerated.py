@@ -66,7 +66,7 @@ SPLITS = [(split, workers) for split in ("dispatched", "sliced") for workers in 
 @pytest.mark.parametrize(("split", "workers"), SPLITS)
 def test_every_example_is_trained_factor_times_per_epoch_across_two_processes(
         accelerate_runs, split, workers):
-    # Fails on the code before this test: dispatched, 48 of 96 examples were trained
+    # Fails on the code before this test: dispatched, half the examples were trained
     # each epoch; sliced, some examples got one of their two copies.
     key = f"full/{split}/{workers}"
     assert collections.Counter(i for r in accelerate_runs for i in r[key]["seen"]) == WHOLE
@@ -142,8 +142,8 @@ def test_a_dataset_not_read_by_a_prepared_loader_is_split_by_dataecho():
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_hf_trainer_on_two_processes_trains_every_example_factor_times(
         trainer_runs, workers):
-    # Fails on the code before this test: 69 of 96 examples seen, 27 of them four times
-    # and 27 never (one epoch).
+    # Fails on the code before this test: with 96 examples, 69 were seen in one epoch,
+    # 27 of them four times and 27 never.
     key = f"full/{workers}"
     assert collections.Counter(i for r in trainer_runs for i in r[key]["seen"]) == WHOLE
     assert all((r[key]["fresh"], r[key]["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR)
