@@ -147,6 +147,8 @@ class Epochs:
         self._resume = 0
         self._pending_counts = _ZERO
         self._done = _ZERO  # counts of finished epochs
+        self._began = _ZERO  # the live stage's counts when it started
+        self._kept = False  # set_epoch kept the live stage: the next start reads it
         self._owner = "Epochs"  # whose state was loaded, for messages
 
     @property
@@ -181,6 +183,12 @@ class Epochs:
             ValueError: ``epoch`` is negative.
         """
         epoch = check_positive_int(epoch, "epoch", minimum=0)
+        if epoch == self._current and self._untouched():
+            # Begun but not read yet (a loader's state_dict() begins an iteration before
+            # the trainer's first set_epoch): the same epoch from its start, so it stays,
+            # and the next start() reads it rather than claiming the one after.
+            self._kept = True
+            return
         other = epoch != self.epoch
         if other or self._mark_end:
             # The old epoch's iteration is over even if it never reached its end (a
@@ -198,6 +206,9 @@ class Epochs:
         After a restore of a state taken at an epoch's end, it returns an empty stage
         and the epoch counts as read to its end (:attr:`ended`).
         """
+        if self._kept and self._untouched():
+            self._kept = False
+            return self._stage  # type: ignore[return-value]
         self._finish()
         pending = self._pending
         epoch = self._counter.begin(None if pending is None else self._resume)
@@ -217,8 +228,35 @@ class Epochs:
                     "together; the checkpoint is damaged; pass the dict saved from the "
                     "checkpoint")
         self._pending, self._pending_counts = None, _ZERO
-        self._stage, self._current = stage, epoch
+        self._stage, self._current, self._began = stage, epoch, stage.stats()
         return stage
+
+    def rebuild(self) -> Stage[Any]:
+        """Builds the live epoch's stage again, for one that was not read yet.
+
+        For a stage whose builder would build another one now (a data set's split across
+        processes was decided after the stage was built), so the epoch is not claimed
+        again. A restored position is kept.
+
+        Raises:
+            RuntimeError: there is no live stage, or it was read already.
+        """
+        if self._stage is None or self._current is None or not self._untouched():
+            raise RuntimeError(
+                "Epochs.rebuild() rebuilds a live stage that nothing was read from, but "
+                f"{'there is none' if self._stage is None else 'this one was read'}; call "
+                "start() for the next epoch")
+        old, epoch = self._stage, self._current
+        stage = self._build(epoch)
+        if self._began != _ZERO:  # restored mid-epoch: the new stage resumes there too
+            stage.load_state_dict(old.state_dict())
+        old.close()
+        self._stage = stage
+        return stage
+
+    def _untouched(self) -> bool:
+        """Whether a live stage has read nothing since it started."""
+        return self._stage is not None and not self._ended and self._stage.stats() == self._began
 
     def drop_pending(self) -> None:
         """Forgets a loaded state not applied yet: the next start reads the counter's epoch.
@@ -247,6 +285,7 @@ class Epochs:
             self._stage.close()
 
     def _finish(self) -> None:
+        self._kept = False
         if self._stage is not None:
             self._done = self._done + self._stage.stats()
             self._stage.close()
@@ -319,6 +358,7 @@ class Epochs:
         if self._stage is not None:  # replaced by the checkpoint: not counted
             self._stage.close()
             self._stage = None
+        self._kept = False
         self._owner = owner
         self._current, self._ended, self._done = None, False, done
         if isinstance(stage, Mapping):

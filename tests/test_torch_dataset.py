@@ -701,15 +701,44 @@ def test_a_stateful_dataloader_restore_keeps_the_counts_its_workers_had():
         return ds, StatefulDataLoader(ds, batch_size=4, num_workers=2)
 
     ds, loader = make()
-    list(loader)
+    list(loader), list(loader)
     whole = ds.stats()
+    for epoch, stop in [(0, 7), (1, 7)]:  # in the second epoch, new worker copies
+        ds, loader = make()
+        for _ in range(epoch):
+            list(loader)
+        it = iter(loader)
+        for _ in range(stop):
+            next(it)
+        state = loader.state_dict()
+        del it
+        restored_ds, restored = make()
+        restored.load_state_dict(state)
+        for _ in range(2 - epoch):
+            list(restored)
+        assert restored_ds.stats() == whole == type(whole).of_examples(96, 192), epoch
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_set_epoch_of_an_iteration_begun_but_not_read_keeps_it(stateful):
+    # accelerate takes a stateful loader's state when it prepares it (which begins an
+    # iteration) and calls set_epoch(0) at the first pass: that iteration reads epoch 0
+    # from its start, and states taken in it hold its position.
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        ds = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=5)
+        loader = (StatefulDataLoader if stateful else DataLoader)(ds, batch_size=4)
+        return ds, loader
+
+    ds, loader = make()
+    full = [b[:, 0].tolist() for b in loader]
     ds, loader = make()
     it = iter(loader)
-    for _ in range(7):
-        next(it)
-    state = loader.state_dict()
-    del it
-    restored_ds, restored = make()
-    restored.load_state_dict(state)
-    list(restored)
-    assert restored_ds.stats() == whole == type(whole).of_examples(48, 96)
+    ds.set_epoch(0)
+    head = [next(it)[:, 0].tolist() for _ in range(5)]
+    state = loader.state_dict() if stateful else ds.state_dict()
+    assert state["stage"] is not None if not stateful else True
+    again_ds, again = make()
+    (again if stateful else again_ds).load_state_dict(state)
+    assert head + [b[:, 0].tolist() for b in again] == full

@@ -283,8 +283,27 @@ class EchoDataset(IterableDataset[Any]):
         self._failed = error
 
     def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
-        return Handout(tally, self._counts.publisher(tally.counts), self._finish,
-                       self._fail, check_empty)
+        renew = self._renew if get_worker_info() is None else None
+        return Handout(tally, self._counts.publisher, self._finish, self._fail, check_empty,
+                       renew)
+
+    def _renew(self, tally: Tally) -> Tally | None:
+        """The pipeline an iteration reads from its first item: ``tally`` or a new one.
+
+        accelerate's prepare takes a stateful loader's state, which begins an iteration,
+        before it records the loader that decides how the data is split across
+        processes: an iteration not read yet is built again for the split it has now.
+        (Workers get their rank when the DataLoader starts them: nothing to renew.)
+        """
+        if self._loop.stage is not tally:
+            return tally  # set_epoch or a restore replaced it: read on as before
+        read_as = self._ranks()
+        if read_as == self._read_as:
+            return tally
+        if read_as is None:  # a process accelerate's dispatcher leaves idle
+            return None
+        self._read_as = read_as
+        return cast(Tally, self._loop.rebuild())
 
     def state_dict(self) -> State:
         """The epoch loop's state: the epoch, the position in it, and the counts.
@@ -305,13 +324,14 @@ class EchoDataset(IterableDataset[Any]):
                 "examples the DataLoader dropped with the batch it was filling, so a "
                 "restore would skip them; keep the checkpoint taken before the error")
         state = self._loop.state_dict()
-        if get_worker_info() is None:
-            # The training process sees its workers' counts only in shared memory.
-            fresh, emitted = self._counts.total()
-            own = self._loop.stats()
-            extra = EchoStats.of_examples(fresh - own.fresh_examples,
-                                          emitted - own.emitted_examples)
-            state["done"] = asdict(EchoStats(**state["done"]) + extra)
+        # What other copies counted is in shared memory only: in the training process,
+        # every worker's; in a worker, the earlier iterations' of its worker id (new
+        # copies each iteration without persistent workers).
+        in_worker = get_worker_info() is not None
+        fresh, emitted = self._counts.own() if in_worker else self._counts.total()
+        own = self._loop.stats()
+        extra = EchoStats.of_examples(fresh - own.fresh_examples, emitted - own.emitted_examples)
+        state["done"] = asdict(EchoStats(**state["done"]) + extra)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

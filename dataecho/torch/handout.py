@@ -105,38 +105,39 @@ class Handout(Iterator[Any]):
 
     Args:
         tally: the epoch's counted pipeline.
-        publish: makes the counts so far visible to the training process.
+        publisher: ``publisher(counts)`` makes a function that makes the counts so far
+            visible to the training process (``SharedCounts.publisher``).
         end: ``end(tally)``, told once the epoch was read to its end.
         fail: ``fail(error)``, told of a read error.
         check_empty: a whole epoch without an example is an error (a stream's).
+        renew: ``renew(tally)``, asked at the first item: the pipeline to read, the
+            same or one built again (the iteration began before its reader knew its
+            split across processes), or None to hand out nothing.
 
     Example:
         >>> from dataecho import Echo
         >>> ended = []
-        >>> out = Handout(Tally(Echo(range(2), factor=2)), lambda: None, ended.append,
-        ...               print, check_empty=False)
+        >>> out = Handout(Tally(Echo(range(2), factor=2)), lambda counts: lambda: None,
+        ...               ended.append, print, check_empty=False)
         >>> list(out), len(ended)
         ([0, 0, 1, 1], 1)
     """
 
-    def __init__(self, tally: Tally, publish: Callable[[], None],
+    def __init__(self, tally: Tally,
+                 publisher: Callable[[Callable[[], tuple[int, int]]], Callable[[], None]],
                  end: Callable[[Tally], None], fail: Callable[[Exception], None],
-                 check_empty: bool) -> None:
-        self._tally, self._publish, self._end, self._fail = tally, publish, end, fail
-        self._check_empty = check_empty
+                 check_empty: bool,
+                 renew: Callable[[Tally], Tally | None] | None = None) -> None:
+        self._tally, self._publisher, self._end, self._fail = tally, publisher, end, fail
+        self._publish = publisher(tally.counts)
+        self._check_empty, self._renew = check_empty, renew
         self._error: Exception | None = None
-        self._stopped = False  # ended or failed: one check on the per-item path
+        # Ended, failed or not begun: one check on the per-item path.
+        self._stopped = renew is not None
 
     def __next__(self) -> Any:
         if self._stopped:
-            if self._error is None:
-                raise StopIteration
-            raise RuntimeError(
-                f"this EchoDataset iteration stopped at a read error "
-                f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
-                "DataLoader dropped the examples of the batch it was filling; restore the "
-                "checkpoint taken before the error (or start a new iteration, which "
-                "reads the epoch again)") from self._error
+            self._slow_path()
         try:
             item = next(self._tally)
         except StopIteration:
@@ -148,6 +149,24 @@ class Handout(Iterator[Any]):
             raise
         self._publish()
         return item
+
+    def _slow_path(self) -> None:
+        if self._renew is not None:  # the first item
+            tally, self._renew, self._stopped = self._renew(self._tally), None, False
+            if tally is None:
+                self._stopped = True
+                raise StopIteration
+            if tally is not self._tally:
+                self._tally, self._publish = tally, self._publisher(tally.counts)
+            return
+        if self._error is None:
+            raise StopIteration
+        raise RuntimeError(
+            f"this EchoDataset iteration stopped at a read error "
+            f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
+            "DataLoader dropped the examples of the batch it was filling; restore the "
+            "checkpoint taken before the error (or start a new iteration, which "
+            "reads the epoch again)") from self._error
 
     def _finish(self) -> None:
         self._stopped = True

@@ -203,6 +203,11 @@ class SharedCounts:
         self._array[:] = [0] * (2 * SLOTS)
         self._array[0], self._array[1] = fresh, emitted
 
+    def own(self) -> tuple[int, int]:
+        """(fresh, emitted) in this process's slot: every iteration of this worker id."""
+        slot = 2 * worker_slot()
+        return self._array[slot], self._array[slot + 1]
+
     def restore(self, fresh: int, emitted: int) -> None:
         """Makes (fresh, emitted) this process's own counts: those a restored worker had."""
         slot = 2 * worker_slot()
