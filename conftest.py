@@ -22,7 +22,7 @@ from _pytest.doctest import DoctestItem
 
 # The extras' top-level modules (pyproject.toml's optional dependencies).
 OPTIONAL = ("torch", "torchdata", "lightning", "ray", "PIL", "sklearn", "matplotlib", "grain",
-            "jax", "tensorflow", "keras", "webdataset", "datasets")
+            "jax", "tensorflow", "keras", "webdataset", "datasets", "transformers")
 MISSING = frozenset(name for name in OPTIONAL if importlib.util.find_spec(name) is None)
 ROOT = Path(__file__).parent
 REQUIRE_ALL = os.environ.get("DATAECHO_REQUIRE_ALL") == "1"
