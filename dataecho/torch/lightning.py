@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch.distributed as dist
+
 from .._checks import state_bool, state_int, state_value
 from ..stats import EchoStats
 
@@ -129,12 +131,31 @@ class LightningLoader:
         ``"epoch"``, ``"batches"`` (trained this epoch), ``"ended"`` (the loader's
         iteration ended there) and ``"loader"``, the wrapped loader's state. Taken
         after :meth:`load_state_dict` and before the next batch, it is the loaded state.
+        Under ``torch.distributed`` (DDP), where Lightning writes rank 0's checkpoint
+        only, every rank's state, gathered: ``{"ranks": [state of rank 0, ...]}``.
+        Every rank must then call it, as every rank calls ``trainer.save_checkpoint``.
 
         Raises:
             RuntimeError: the trainer has trained a number of batches of this epoch
                 whose state is not kept (the loader was read by something else, or
                 more than one batch ahead).
         """
+        try:
+            state: dict[str, Any] | str = self._own_state()
+        except RuntimeError as error:
+            if _world_size() == 1:
+                raise
+            state = str(error)  # the other ranks wait in the gather: tell them too
+        if _world_size() == 1:
+            return state  # type: ignore[return-value]
+        states: list[Any] = [None] * _world_size()
+        dist.all_gather_object(states, state)
+        for rank, taken in enumerate(states):
+            if isinstance(taken, str):
+                raise RuntimeError(f"rank {rank}: {taken}")
+        return {"ranks": states}
+
+    def _own_state(self) -> dict[str, Any]:
         live = self._pass
         if live is None:
             if self._loaded is not None:
@@ -164,6 +185,8 @@ class LightningLoader:
                 f"state must be a dict from LightningLoader.state_dict(), got "
                 f"{reprlib.repr(state)} of type {type(state).__name__}; pass the dict "
                 "saved in the checkpoint")
+        if "ranks" in state:
+            state = _own_rank(state["ranks"])
         loader = state_value(state, "loader", _OWNER)
         if loader is not None and not isinstance(loader, Mapping):
             raise TypeError(
@@ -242,6 +265,28 @@ def _check_trainer(trainer: object) -> Any:
             "from train_dataloader (of the LightningModule or the LightningDataModule)"
             ) from None
     return trainer
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _own_rank(states: object) -> Mapping[str, Any]:
+    """This rank's state from a gathered ``{"ranks": [...]}`` state."""
+    world_size = _world_size()
+    if not isinstance(states, list) or len(states) != world_size:
+        count = len(states) if isinstance(states, list) else type(states).__name__
+        raise ValueError(
+            f"state of {_OWNER} holds the states of {count} ranks, but this job has "
+            f"{world_size}: each rank resumes its own part of the data; resume with the "
+            "number of processes the checkpoint was taken with")
+    state = states[dist.get_rank() if world_size > 1 else 0]
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state of {_OWNER} holds {reprlib.repr(state)} of type "
+            f"{type(state).__name__} for this rank, but it must be a dict: the "
+            "checkpoint is damaged; pass the dict saved from this one's checkpoint")
+    return state
 
 
 def _epoch_of(trainer: Any) -> int:
