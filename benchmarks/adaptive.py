@@ -26,7 +26,8 @@ against a commit in the same run: its ``dataecho/`` (``git archive``) and this c
 in even trials, so both see the same load from other jobs; the results are this
 version's, with each per-step cost over the base's. ``--baseline`` takes instead the
 JSON of another tree's run made just before (the script of that tree, its dataecho on
-PYTHONPATH). Writes results/adaptive.json and .md.
+PYTHONPATH). Writes results/adaptive.json and .md; ``--only R=1 --only drift`` runs
+those scenarios alone, and ``--tag T`` writes results/adaptive-T.* instead (a rerun).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Config:
     steps: int = 300  # steps timed per echo run
     baseline_steps: int = 100  # steps per no-echo run (its rate is steady and slow)
     trials: int = 5  # repeats of everything; checks use the median trial
+    only: tuple[str, ...] = ()  # scenario name prefixes to run; () for all
     max_factor: int = DEFAULT_MAX_FACTOR  # adaptive cap, the library default
 
 
@@ -181,6 +183,8 @@ def measure(cfg: Config) -> dict[str, Any]:
     consumer-alone reference, as lists over trials (a child's job under ``--base``)."""
     scenarios: dict[str, float | Callable[[int], float]] = {f"R={r:g}": r for r in cfg.ratios}
     scenarios["drift R=2->4->1.5"] = drift
+    if cfg.only:
+        scenarios = {k: v for k, v in scenarios.items() if k.startswith(cfg.only)}
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
     pairs: dict[str, list[dict[str, float]]] = {}
     reference: list[dict[str, float]] = []
@@ -216,7 +220,7 @@ def report(cfg: Config, measured: dict[str, Any], code: str,
     checks = {}
     for r in cfg.ratios:
         for cond, cap in (("adaptive", cfg.max_factor), (f"adaptive max_factor={HIGH}", HIGH)):
-            if cond not in table[f"R={r:g}"]:
+            if cond not in table.get(f"R={r:g}", {}):
                 continue
             a = table[f"R={r:g}"][cond]
             checks[f"R={r:g} {cond}"] = {
@@ -252,8 +256,9 @@ def child(root: Path, cfg: Config) -> dict[str, Any]:
     """One trial, in a process whose ``dataecho`` is the one under ``root``."""
     done = subprocess.run(
         [sys.executable, __file__, "--child", "--trials", "1", "--steps", str(cfg.steps),
-         "--step-ms", str(cfg.step_ms)], env={**os.environ, "PYTHONPATH": str(root)},
-        check=True, stdout=subprocess.PIPE, text=True, cwd=root)
+         "--step-ms", str(cfg.step_ms), *(f"--only={o}" for o in cfg.only)],
+        env={**os.environ, "PYTHONPATH": str(root)}, check=True, stdout=subprocess.PIPE,
+        text=True, cwd=root)
     measured: dict[str, Any] = json.loads(done.stdout)
     return measured
 
@@ -407,26 +412,30 @@ def main() -> None:
     parser.add_argument("--this", help="the commit to measure under --base (default: this "
                         "checkout's working tree)")
     parser.add_argument("--baseline", type=Path, help="another tree's results JSON")
+    parser.add_argument("--only", action="append", help="run only the scenarios whose name "
+                        "starts with this (R=1, drift, ...); repeatable")
+    parser.add_argument("--tag", help="write results/adaptive-TAG.* (a rerun beside a run)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cfg = Config(trials=args.trials, steps=args.steps, step_ms=args.step_ms)
+    cfg = Config(trials=args.trials, steps=args.steps, step_ms=args.step_ms,
+                 only=tuple(args.only or ()))
     if args.child:
         print(json.dumps(measure(cfg)))
         return
     before = os.getloadavg()
-    if args.base:
+    if args.base:  # the commits named now: a commit made meanwhile is not what ran
+        base_code, this_code = short(args.base), short(args.this) if args.this else version()
         parts: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
         with tempfile.TemporaryDirectory() as tmp:
-            roots = {"base": unpack(args.base, Path(tmp) / "base"),
-                     "this": unpack(args.this, Path(tmp) / "this") if args.this else ROOT}
+            roots = {"base": unpack(base_code, Path(tmp) / "base"),
+                     "this": unpack(this_code, Path(tmp) / "this") if args.this else ROOT}
             for trial in range(cfg.trials):
                 for v in ("base", "this") if trial % 2 == 0 else ("this", "base"):
                     parts[v].append(child(roots[v], cfg))
                 print(f"trial {trial + 1}/{cfg.trials} of both done", file=sys.stderr)
         load = {"before": before, "after": os.getloadavg()}
-        res = report(cfg, joined(parts["this"]),
-                     short(args.this) if args.this else version(), load)
-        base = report(cfg, joined(parts["base"]), short(args.base), load)
+        res = report(cfg, joined(parts["this"]), this_code, load)
+        base = report(cfg, joined(parts["base"]), base_code, load)
         res["baseline"], res["same_run_base"] = against(res, base), True
     else:
         res = report(cfg, measure(cfg), version(),
@@ -434,8 +443,9 @@ def main() -> None:
     if args.baseline:
         res["baseline"] = against(res, json.loads(args.baseline.read_text()))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "adaptive.json").write_text(json.dumps(res, indent=2) + "\n")
-    (RESULTS / "adaptive.md").write_text(markdown(res))
+    name = f"adaptive-{args.tag}" if args.tag else "adaptive"
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown(res))
     print(markdown(res))
 
 

@@ -115,10 +115,13 @@ def main() -> None:
         print(json.dumps(measure(args.items)))
         return
     load = os.getloadavg()[0]
+    # The commits named now: one made during the run is not what ran.
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.this or "HEAD"],
+                          check=True, capture_output=True, text=True).stdout.strip()
     runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory() as tmp:
         roots = {"base": unpack(args.base, Path(tmp) / "base"),
-                 "this": unpack(args.this, Path(tmp) / "this") if args.this else ROOT}
+                 "this": unpack(head, Path(tmp) / "this") if args.this else ROOT}
         for r in range(args.repeats):
             for version in ("base", "this") if r % 2 == 0 else ("this", "base"):
                 runs[version].append(child(roots[version], args.items))
@@ -131,8 +134,6 @@ def main() -> None:
         rows[name] = {"base": statistics.median(base), "this": statistics.median(this),
                       "ratio": statistics.median(t / b for t, b in zip(this, base, strict=True)),
                       "best_ratio": min(this) / min(base)}
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.this or "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
     result = {"machine": platform.platform(), "python": platform.python_version(),
               "cpus": os.cpu_count(), "load_average": load, "base": args.base, "this": head,
               "items": args.items,
