@@ -12,7 +12,7 @@ import traceback
 import numpy as np
 import pytest
 
-from dataecho import Batch, Echo
+from dataecho import AdaptiveExamples, Batch, Echo, Shuffle
 from dataecho.adaptive import AdaptiveEcho, Prefetcher, SimClock, SimulatedFeed
 from dataecho.sizes import batch_len
 from helpers.threads import prefetch_threads, wait_until
@@ -186,13 +186,16 @@ def first_copies(build, restore_at, tick):
     """Drains ``build()``, moved by a checkpoint into a new ``build()`` after ``restore_at``
     items (None: never); ``tick(stage)`` after each item. Returns the items marked first
     copies and the stats of the stage that finished the pass."""
-    stage, firsts, seen = build(), 0, 0
+    stage, firsts, seen, numbers = build(), 0, 0, set()
     assert stage.first_copy is False  # before the first item
     for _ in iter(int, 1):
         try:
             next(stage)
         except StopIteration:
             break
+        number, first = stage.copies_of()()  # the protocol first_copy reads
+        assert first == stage.first_copy and (number in numbers) != first  # an echo: of one
+        numbers.add(number)  # whose first copy went out before (here or before a restore)
         firsts, seen = firsts + stage.first_copy, seen + 1
         tick(stage)
         if seen == restore_at:
@@ -202,6 +205,7 @@ def first_copies(build, restore_at, tick):
             stage.load_state_dict(state)
             assert stage.first_copy is False  # the item emitted last went out before it
     stage.close()
+    assert numbers == set(range(1, stage.stats().fresh_items + 1))
     return firsts, stage.stats()
 
 
@@ -216,6 +220,20 @@ def test_first_copies_over_a_pass_are_its_fresh_examples_across_a_restore(restor
     firsts, stats = first_copies(build, restore_at, lambda _: clock.advance(1.0))
     assert stats.emitted_items > stats.fresh_items  # echoes, each not a first copy
     assert firsts == stats.fresh_examples == 20
+
+
+def test_a_shuffle_after_the_stage_hands_on_each_first_copy_once():
+    clock = SimClock()
+    stage = AdaptiveEcho(range(20), max_factor=3, clock=clock, feed=lambda produce:
+                         SimulatedFeed(produce, period=2.5, clock=clock))
+    shuffled = Shuffle(stage, 8, seed=1)
+    copy_of, marks = shuffled.copies_of(), []
+    for _ in shuffled:
+        marks.append(copy_of())
+        clock.advance(1.0)
+    assert len(marks) == stage.stats().emitted_items > 20  # echoes among them
+    assert sorted(number for number, first in marks if first) == list(range(1, 21))
+    assert AdaptiveExamples(range(4), 2).copies_of() is None  # batches: not per example
 
 
 @pytest.mark.parametrize("restore_at", [None, 11, 40])

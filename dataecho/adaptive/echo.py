@@ -69,8 +69,7 @@ class AdaptiveEcho(Stage[T]):
         size: examples in an item, for accounting; default ``sizes.default_size``.
         agree: cross-rank agreement, e.g. ``dataecho.torch.distributed.RankAgreement()``,
             so every DDP rank takes the same decisions and number of steps.
-        feed: builds the feed from a ``produce()`` function; default a
-            :class:`~dataecho.adaptive.Prefetcher` (tests pass a ``SimulatedFeed``).
+        feed: ``feed(produce)`` builds the feed; default a :class:`Prefetcher` thread.
         clock: seconds counter for the stall accounting; default ``time.perf_counter``.
 
     Example:
@@ -164,9 +163,8 @@ class AdaptiveEcho(Stage[T]):
             self._stop_feed(wait=0.1)  # a thread inside a hung read exits when it returns
             raise
         # The echo lane (one process, a warm pass, a Prefetcher, nothing ready): the next
-        # steps' echoes, until the thread marks it (Channel). It reaches one step past the
-        # run of echoes before a fresh step, else twice as far as the lane that ran out.
-        # (No min() or max(): this runs on every step off the lane.)
+        # steps' echoes until the thread marks it (Channel), one step past the run of echoes
+        # before a fresh step, else twice the lane that ran out (no min(), max(): per step).
         if schedule.fresh != before[1]:
             run, self._fresh_step = schedule.steps - 1 - self._fresh_step, schedule.steps - 1
             self._horizon = 1 if run < 1 else run if run < _MAX_HORIZON else _MAX_HORIZON
@@ -189,18 +187,22 @@ class AdaptiveEcho(Stage[T]):
 
     @property
     def first_copy(self) -> bool:
-        """Whether the item ``next()`` returned last is the first copy of a fresh item.
+        """Whether the item ``next()`` returned last is its fresh item's first copy."""
+        return self._schedule.copy_of()[1]
 
-        False for an echo, before the first item and after a restore; of an
-        :class:`AdaptiveExamples` batch: whether it took a fresh example.
+    def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
+        """Tells which fresh item the item just returned copies, and if it is its first copy.
+
+        ``(number from 1, first)``: not first for an echo, before the first item or after a
+        restore. None for :class:`AdaptiveExamples`, whose items are batches.
 
         Example:
             >>> with AdaptiveEcho([7], max_factor=1) as stage:
-            ...     before, item, after = stage.first_copy, next(stage), stage.first_copy
-            >>> before, item, after
-            (False, 7, True)
+            ...     copy_of = stage.copies_of()
+            ...     [(item, *copy_of()) for item in stage]
+            [(7, 1, True)]
         """
-        return self._schedule.counts()[0] - 1 == self._fresh_step  # set in __next__
+        return self._schedule.copy_of if self.one_item_steps else None
 
     def _step(self) -> T:
         copies = self._schedule.step(1)

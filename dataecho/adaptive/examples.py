@@ -72,9 +72,8 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         self.augment = augment
         self.collate: Callable[[list[Any]], Any] = collate or default_collate
         b = self.batch_size
-        # Checked before min_fresh is derived from it, so an error names what was passed.
-        buffer_size = 8 * b if buffer_size is None else check_positive_int(
-            buffer_size, "buffer_size")
+        buffer_size = (8 * b if buffer_size is None  # checked before min_fresh derives from it
+                       else check_positive_int(buffer_size, "buffer_size"))
         prefetch = 2 * b if prefetch is None else check_positive_int(prefetch, "prefetch")
         super().__init__(upstream, max_factor=max_factor,
                          min_fresh=min(4 * b, buffer_size) if min_fresh is None else min_fresh,

@@ -23,11 +23,10 @@ _SLICE_S = 0.1  # the consumer waits in slices: a KeyboardInterrupt is raised pr
 class Channel(Generic[T]):
     """State shared by the consumer and the producer thread, guarded by ``cond``.
 
-    The consumer reads ``items`` (its length) and the flags ``done`` and ``stop``
-    without the lock: each is one read under the GIL, and the flags only turn True.
-    ``plan`` is the consumer's echo lane, set without the lock before it looks at
-    ``items`` and ``running`` again. Once an item arrives or the producer exits, the
-    producer appends the list to itself, a mark no item can be, and clears ``plan``.
+    The consumer reads ``items`` (its length), ``done`` and ``stop`` without the lock: one
+    read each under the GIL, and the flags only turn True. It sets ``plan``, its echo lane,
+    without the lock before it looks at ``items`` and ``running`` again; once an item comes
+    or the producer exits, the producer appends the list to itself (a mark) and clears it.
     """
 
     __slots__ = ("cond", "depth", "done", "error", "items", "plan", "producer", "running",
@@ -142,12 +141,9 @@ class Prefetcher(Generic[T]):
         return self.channel.done or self.channel.stop  # they only turn True: no lock
 
     def get(self) -> T:
-        """The next item, waiting up to ``timeout`` seconds.
+        """The next item, waiting up to ``timeout`` seconds (then TimeoutError).
 
-        Raises:
-            StopIteration: the upstream is exhausted, or the prefetcher was closed.
-            TimeoutError: nothing arrived within ``timeout`` seconds.
-            BaseException: whatever the upstream raised, as the same object.
+        Raises StopIteration at the end or once closed, and what the upstream raised as is.
         """
         ch = self.channel
         if ch.items and ch.running:  # ready, and a producer refills: no wait, no lock

@@ -22,8 +22,7 @@ class Feed(Protocol[T_co]):
     ``ready()``: the items ``get()`` returns without waiting; ``finished()``: True once
     none will follow them (upstream over, or closed); ``wait()``: waits until an item is
     ready or none will follow, taking nothing (TimeoutError); ``get()``: the next item,
-    waiting if needed (StopIteration at the end); ``close(wait)``: stops producing and
-    drops the ready items, waiting up to ``wait`` seconds for a thread.
+    waiting if needed (StopIteration at the end); ``close(wait)``: stops, dropping them.
     """
 
     def ready(self) -> int: ...
@@ -55,8 +54,7 @@ class Plan(NamedTuple):
     Attributes:
         fresh: ready fresh items to take now (taking them never waits).
         echoes: echoes to emit after them.
-        block: wait until one more fresh item is ready (or none will come), taking
-            nothing, then plan again: every take is agreed between ranks.
+        block: wait, taking nothing, for one more fresh item or the end; then plan again.
         stop: the upstream is over; the step ends with what it has.
     """
 
@@ -70,12 +68,11 @@ class Plan(NamedTuple):
 def plan(need: int, ready: int, capacity: int, ended: bool) -> Plan:
     """Decides how to fill ``need`` items given an (agreed) vote.
 
-    Take the ready fresh items, fill the shortfall with echoes while the budget lasts,
-    and wait only when neither suffices: the realised factor tracks ``R = t_upstream /
-    t_downstream``, capped by ``max_factor``, and is exactly 1 when ``R <= 1``. No echo
-    with a partial budget (one more fresh item is awaited instead, after which the
-    shortfall may fit). Once a rank has ``ended`` (nothing ready, nothing to come) the
-    step stops with what it has: no rank can supply another fresh item in step.
+    Take the ready fresh items, fill the shortfall with echoes while the budget lasts, and
+    wait only when neither suffices: the realised factor tracks ``R = t_upstream /
+    t_downstream`` up to ``max_factor``, and is 1 at ``R <= 1``. No echo with a partial
+    budget (one more fresh item is awaited instead). Once a rank has ``ended`` (nothing
+    ready, nothing to come) the step stops with what it has, on every rank.
 
     Example:
         >>> plan(4, ready=1, capacity=3, ended=False)
@@ -117,6 +114,7 @@ class Scheduler:
         self.fresh, self.fresh_ex, self.steps = fresh, fresh_ex, steps
         self.emitted, self.emitted_ex = emitted, emitted_ex
         self.warm = 0  # fresh items since the pass began
+        self.last: Copy = (None, -1, 1, 0)  # the latest copy emitted off a lane; none yet
         self.lane: list[Any] | None = None  # the echoes taken ahead, last first
         self._sizes, self._marks = [0], [0]  # after each step ahead: examples, buffer log
         self.buffer.clear()
@@ -125,10 +123,9 @@ class Scheduler:
         """Fresh items and echoes for one step, as agreed with the other ranks.
 
         Every take follows a vote, so all ranks take the same items in the same rounds. On
-        "block" a rank waits until it has an item or knows none will come, then votes again:
-        the step stops everywhere if any rank's upstream ended during the wait (taking the
-        item at once let other ranks finish a step this one could not, pairing their later
-        all-reduces with the wrong steps).
+        "block" a rank waits until it has an item or none will come, then votes again: the step
+        stops everywhere if any rank's upstream ended meanwhile (else other ranks could finish
+        a step this one could not, pairing their later all-reduces with the wrong steps).
         """
         feed, buffer, out = self.feed, self.buffer, []
         if buffer.gap:
@@ -178,6 +175,7 @@ class Scheduler:
 
     def emit(self, copies: list[Copy]) -> None:
         """Counts a step of ``copies`` as emitted."""
+        self.last = copies[0]
         self.steps += 1
         self.emitted += len(copies)
         self.emitted_ex += copies[0][3] if len(copies) == 1 else sum(c[3] for c in copies)
@@ -186,9 +184,8 @@ class Scheduler:
         """What :meth:`step` emits at the next ``horizon`` steps of one item, none fresh.
 
         For one process, once the pass is warm. Taken now, under a buffer record: :meth:`settle`
-        keeps the steps emitted and undoes the rest, as if each was decided on its own.
-        Returns :attr:`lane`, the values last first, to pop until a mark (the list
-        appended to itself) ends it; None: nothing to echo.
+        keeps the steps emitted and undoes the rest, as if each was decided on its own. Returns
+        :attr:`lane`, values last first, popped until a mark (the list in itself) ends it.
         """
         buffer, echo = self.buffer, self.echo
         if self.warm < self.min_fresh or not (buffer.entries or buffer.cooling):
@@ -220,6 +217,13 @@ class Scheduler:
             self.steps = steps
             self.lane.clear()
             self.lane = None
+
+    def copy_of(self) -> tuple[int, bool]:
+        """(fresh number from 1, first copy?) of the one item a step emitted last."""
+        done = self.counts()[0] - self.steps  # echoes popped off the lane
+        if done:  # the lane's latest step: its take ends the buffer records of that step
+            return self.buffer.log[self._marks[done] - 1][1].index + 1, False  # type: ignore[index]
+        return self.last[1] + 1, self.last[2] == 0
 
     def counts(self) -> tuple[int, int, int]:
         """(steps, emitted items, emitted examples), the lane's popped echoes included."""

@@ -30,10 +30,9 @@ class SimClock:
 class SimulatedFeed(Generic[T]):
     """A :class:`Feed` whose producer takes ``period(k)`` simulated seconds per item.
 
-    It models the prefetch thread exactly, without one: a producer that starts item
-    ``k`` when item ``k - 1`` is done and the queue of ``depth`` has room, so item
-    ``k`` is ready at ``finish(k) = max(finish(k-1), taken(k-depth)) + period(k)``.
-    Waiting in :meth:`get` or :meth:`wait` moves the shared clock forward to that time.
+    It models the prefetch thread exactly, without one: item ``k`` is ready at ``finish(k)
+    = max(finish(k-1), taken(k-depth)) + period(k)`` (the queue holds ``depth``), and
+    waiting in :meth:`get` or :meth:`wait` moves the shared clock forward to that time.
 
     Example:
         >>> clock = SimClock()
