@@ -236,6 +236,28 @@ def test_lightning_loader_refuses_a_loader_it_cannot_resume_and_a_trainer_it_can
         LightningLoader(stateful_loader(data), Recorder(None))
 
 
+class ReadsTheStepBudget(Recorder):
+    def configure_optimizers(self):
+        assert self.trainer.estimated_stepping_batches  # reads the loader early
+        return super().configure_optimizers()
+
+
+def test_lightning_loader_refuses_to_read_an_epoch_the_trainer_does_not_train(tmp_path):
+    # estimated_stepping_batches makes Lightning read the loader before it restores the
+    # checkpoint (Lightning#20550): the loader starts epoch 0 while the trainer resumes
+    # epoch 1.
+    fit(echoing(0), callbacks=[ModelCheckpoint(dirpath=tmp_path)], max_epochs=1)
+    (path,) = tmp_path.glob("*.ckpt")
+    model = ReadsTheStepBudget(echoing(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                            enable_checkpointing=False, max_epochs=EPOCHS)
+        with pytest.raises(RuntimeError, match=r"reads epoch 0, but the trainer trains "
+                                               r"epoch 1.*estimated_stepping_batches"):
+            trainer.fit(model, ckpt_path=str(path))
+
+
 class ReadsItsOwnBatches(Recorder):
     def training_step(self, dataloader_iter):
         return super().training_step(next(dataloader_iter), 0)

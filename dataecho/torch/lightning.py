@@ -3,9 +3,9 @@
 Lightning saves a train loader's ``state_dict()`` in its checkpoints, but a loader
 without ``len()`` (a ``StatefulDataLoader`` over an :class:`dataecho.torch.EchoDataset`)
 is read one batch ahead of the training step, and on a run's first epoch the first
-batch is read before Lightning says which epoch it is. :class:`LightningLoader` asks
-the trainer instead: which epoch it trains, and how many batches of it it has trained
-when it checkpoints.
+batch is read before Lightning says which epoch it is. :class:`LightningLoader` saves
+the loader's state as of the batches trained, not read, and asks the trainer which
+epoch it trains before each iteration starts.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class _Pass:
     epoch: int
     count: int  # batches of the epoch yielded so far, those before a restore included
     states: dict[int, Any] = field(default_factory=dict)  # count -> loader state then
+    ahead: bool = False  # the last batch yielded waits in the trainer's prefetch
     ended: bool = False  # the loader's iteration ran to its end
 
 
@@ -51,8 +52,9 @@ class LightningLoader:
     Lightning reads a loader without ``len()`` one batch ahead of the training step and
     saves its ``state_dict()`` with that batch taken. This wrapper keeps the loader's
     state after each of the last few batches it yielded and saves the one after the
-    batches Lightning has trained (the trainer's own count), so a resume from any
-    checkpoint Lightning restores the loader from starts at the next untrained batch.
+    batches Lightning has trained (all it yielded but the one Lightning holds ahead),
+    so a resume from any checkpoint Lightning restores the loader from starts at the
+    next untrained batch.
     Each iteration reads the epoch the trainer trains (``set_epoch`` on the loader's
     data set before the loader starts): a resume from an end-of-epoch checkpoint, which
     Lightning restores no loader state from, still reads the next epoch's order.
@@ -71,7 +73,11 @@ class LightningLoader:
 
     Raises:
         TypeError: ``loader`` keeps no state, or has ``len()``; ``trainer`` is not a
-            Lightning ``Trainer``.
+            Lightning ``Trainer``; when iterated, the ``training_step`` reads batches
+            itself (``dataloader_iter``).
+        RuntimeError: when iterated, the trainer trains another epoch than the one the
+            iteration reads (it restored a checkpoint after it began to read, see
+            ``estimated_stepping_batches`` in the Lightning page of the docs).
 
     Example:
         >>> import lightning as L
@@ -113,15 +119,22 @@ class LightningLoader:
         live = self._pass = _Pass(epoch, count)
         live.states[count] = self.loader.state_dict()
         try:
-            for batch in batches:
+            while True:
+                if live.ahead:  # asked for the next: the trainer now trains the last
+                    _check_epoch(self.trainer, live)
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
                 live.count += 1
                 live.states[live.count] = self.loader.state_dict()
                 live.states.pop(live.count - _KEEP, None)
+                live.ahead = True
                 yield batch
             live.states[live.count] = self.loader.state_dict()  # the finished iteration
-            live.ended = True
+            live.ahead, live.ended = False, True
         finally:
-            if not live.ended:  # closed early: the trainer's fit is over
+            if not live.ended and self._pass is live:  # closed early: the fit is over
                 del batches
                 _release(self.loader)
 
@@ -134,25 +147,12 @@ class LightningLoader:
         Under ``torch.distributed`` (DDP), where Lightning writes rank 0's checkpoint
         only, every rank's state, gathered: ``{"ranks": [state of rank 0, ...]}``.
         Every rank must then call it, as every rank calls ``trainer.save_checkpoint``.
-
-        Raises:
-            RuntimeError: the trainer has trained a number of batches of this epoch
-                whose state is not kept (the loader was read by something else, or
-                more than one batch ahead).
         """
-        try:
-            state: dict[str, Any] | str = self._own_state()
-        except RuntimeError as error:
-            if _world_size() == 1:
-                raise
-            state = str(error)  # the other ranks wait in the gather: tell them too
+        state = self._own_state()
         if _world_size() == 1:
-            return state  # type: ignore[return-value]
+            return state
         states: list[Any] = [None] * _world_size()
         dist.all_gather_object(states, state)
-        for rank, taken in enumerate(states):
-            if isinstance(taken, str):
-                raise RuntimeError(f"rank {rank}: {taken}")
         return {"ranks": states}
 
     def _own_state(self) -> dict[str, Any]:
@@ -162,16 +162,12 @@ class LightningLoader:
                 return dict(self._loaded)
             return {"epoch": _epoch_of(self.trainer), "batches": 0, "ended": False,
                     "loader": None}
-        trained = _batches_of(self.trainer)
-        if trained not in live.states:
-            raise RuntimeError(
-                f"LightningLoader cannot checkpoint after {trained} batches of epoch "
-                f"{live.epoch}: it keeps the loader's state after batches "
-                f"{sorted(live.states)} of it (it has yielded {live.count}), so the trainer "
-                "read it more than one batch ahead or another loop read it; let only the "
-                "trainer it was given iterate it, once per epoch")
+        # Lightning reads a loader without len() one batch ahead, and asks for the next
+        # batch when it starts to train the one it read ahead (fetchers.py): all
+        # batches yielded but the last are trained, the last too once the loader ended.
+        trained = live.count - live.ahead
         return {"epoch": live.epoch, "batches": trained,
-                "ended": live.ended and trained == live.count, "loader": live.states[trained]}
+                "ended": live.ended, "loader": live.states[trained]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next iteration resume where :meth:`state_dict` was taken.
@@ -256,7 +252,7 @@ def _check_loader(loader: object) -> Any:
 
 def _check_trainer(trainer: object) -> Any:
     try:
-        _epoch_of(trainer), _batches_of(trainer)
+        _epoch_of(trainer)
     except AttributeError:
         raise TypeError(
             f"trainer must be the lightning.Trainer that fits with this loader (its "
@@ -294,9 +290,17 @@ def _epoch_of(trainer: Any) -> int:
     return int(trainer.fit_loop.epoch_progress.current.processed)
 
 
-def _batches_of(trainer: Any) -> int:
-    """Batches of the current epoch the trainer has trained (and resumes after)."""
-    return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+def _check_epoch(trainer: Any, live: _Pass) -> None:
+    """Refuses to go on reading an epoch other than the one the trainer trains."""
+    epoch = _epoch_of(trainer)
+    if epoch != live.epoch:
+        raise RuntimeError(
+            f"LightningLoader reads epoch {live.epoch}, but the trainer trains epoch "
+            f"{epoch}: the trainer began to read this loader before it restored its "
+            "checkpoint (reading trainer.estimated_stepping_batches in "
+            "configure_optimizers does so, Lightning#20550), or another loop reads it; "
+            "give the optimizer a step budget of your own (max_epochs times the steps "
+            "of an epoch), and let only the trainer iterate the loader")
 
 
 def _check_step(trainer: Any) -> None:
