@@ -199,6 +199,21 @@ def test_stats_of_example_echoing_resumed_through_a_lightning_checkpoint_are_the
     assert resumed_echoing(num_workers, step)[2] == stats
 
 
+def test_a_run_resumed_from_an_epochs_last_step_checkpoints_the_next_epoch_by_its_batches(
+        tmp_path):
+    # Lightning's own count of batches goes on from the last epoch's there, so it
+    # cannot say which state to save; the loader's count can.
+    first_saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=STEPS_PER_EPOCH)
+    fit(echoing(0), callbacks=[first_saver], max_steps=STEPS_PER_EPOCH)
+    (path,) = tmp_path.glob("*.ckpt")
+    saver = ModelCheckpoint(dirpath=tmp_path / "later", every_n_train_steps=2)
+    fit(echoing(0), ckpt_path=str(path), callbacks=[saver], max_steps=STEPS_PER_EPOCH + 2)
+    (later,) = (tmp_path / "later").glob("*.ckpt")
+    checkpoint = torch.load(later, weights_only=False)
+    (state,) = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert (state["epoch"], state["batches"], state["ended"]) == (1, 2, False)
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_example_echoing_resumed_from_an_end_of_epoch_checkpoint_reads_the_next_epoch(
         num_workers, tmp_path):
