@@ -2,6 +2,10 @@ import threading
 
 import pytest
 
+# The job scripts run as their own processes (tests/helpers/launch.py), each with its
+# directory on sys.path; imported by --doctest-modules they would not find each other.
+collect_ignore_glob = ["helpers/*_job.py"]
+
 
 @pytest.fixture
 def no_thread_leak():
