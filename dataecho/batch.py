@@ -150,6 +150,10 @@ class Batch(Stage[Any]):
         self.last_size = len(items)
         return batch
 
+    def batch_counts(self) -> tuple[int, int, int]:
+        """(batches, examples, dropped): the :class:`~dataecho.stats.Batching` counts."""
+        return self.batches, self.examples, self.dropped
+
     def _config(self) -> dict[str, Any]:
         name = getattr(self.collate, "__qualname__", type(self.collate).__name__)
         return {"batch_size": self.batch_size, "drop_last": self.drop_last,

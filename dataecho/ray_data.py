@@ -193,15 +193,9 @@ class CountCopies(Stage[Any]):
         self._fresh = self._emitted = self._batches = 0
         self.last_size = 0  # rows in the latest batch: a later Echo counts rows with it
 
-    @property
-    def batches(self) -> int:
-        """Batches read."""
-        return self._batches
-
-    @property
-    def examples(self) -> int:
-        """Rows in them, echoed copies included."""
-        return self._emitted
+    def batch_counts(self) -> tuple[int, int, int]:
+        """(batches read, rows in them with echoed copies, 0: it drops none)."""
+        return self._batches, self._emitted, 0
 
     def __next__(self) -> Any:
         batch = next(self.upstream)

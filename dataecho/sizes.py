@@ -17,7 +17,7 @@ from .stage import Stage
 from .stats import Batching, chain
 
 
-def find_batcher(stage: Stage[Any] | None) -> Any:
+def find_batcher(stage: Stage[Any] | None) -> Batching | None:
     """The batching stage whose ``last_size`` is the size of ``stage``'s next item, or None.
 
     Only ``Map`` stages may stand between: they pass one item per item, in order and

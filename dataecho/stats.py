@@ -108,8 +108,24 @@ class Counting(Protocol):
 class Batching(Protocol):
     """A stage that groups examples into batches."""
 
-    batches: int
-    examples: int
+    @property
+    def last_size(self) -> int:
+        """Examples in the batch it made last: the size of a later echo stage's item."""
+        ...
+
+    def batch_counts(self) -> tuple[int, int, int]:
+        """(batches emitted, examples in them, examples read but dropped: ``drop_last``)."""
+        ...
+
+
+@runtime_checkable
+class Reading(Protocol):
+    """A source stage that counts the items it read."""
+
+    @property
+    def items_read(self) -> int:
+        """Items read so far (from the saved position on, after a restore)."""
+        ...
 
 
 def chain(stage: Stage[Any]) -> list[Stage[Any]]:
@@ -129,32 +145,26 @@ def collect(stage: Stage[Any]) -> EchoStats:
     never emitted: they count as fresh, not as emitted.
     """
     stages = chain(stage)
-    echoes = [s for s in stages if isinstance(s, Counting)]
-    last_echo = max((i for i, s in enumerate(stages) if isinstance(s, Counting)), default=-1)
-    last_batch = max((i for i, s in enumerate(stages) if isinstance(s, Batching)), default=None)
-    dropped = 0  # counted in the last echo's items, which the batcher groups
-    if last_batch is not None and last_batch > last_echo:
-        dropped = int(getattr(stages[last_batch], "dropped", 0))
+    echoes = [(i, s) for i, s in enumerate(stages) if isinstance(s, Counting)]
+    batchers = [(i, s) for i, s in enumerate(stages) if isinstance(s, Batching)]
+    last_echo = echoes[-1][0] if echoes else -1
+    batches: int | None = None
+    examples = dropped = 0
+    if batchers:
+        at, batcher = batchers[-1]
+        batches, examples, dropped = batcher.batch_counts()
+        if at <= last_echo:  # the echo read only the batches made: nothing to subtract
+            dropped = 0
+        if at < last_echo:  # batch echoing: the echo stage emitted the batches
+            batches = echoes[-1][1].echo_counts()[3]
     if echoes:
-        fresh_ex, _, fresh_items, _ = echoes[0].echo_counts()
-        _, emitted_ex, _, emitted_items = echoes[-1].echo_counts()
+        fresh_ex, _, fresh_items, _ = echoes[0][1].echo_counts()
+        _, emitted_ex, _, emitted_items = echoes[-1][1].echo_counts()
         emitted_ex, emitted_items = emitted_ex - dropped, emitted_items - dropped
     else:
         # No echo stage: everything read is emitted once, bar what a batcher dropped.
-        emitted_ex = emitted_items = _examples_out(stages)
+        source = stages[0]
+        emitted_ex = emitted_items = (examples if batchers else
+                                      source.items_read if isinstance(source, Reading) else 0)
         fresh_ex = fresh_items = emitted_ex + dropped
-    batches = None
-    if last_batch is not None:
-        batcher = stages[last_batch]
-        batches = batcher.batches  # type: ignore[attr-defined]
-        later = [s for s in stages[last_batch + 1:] if isinstance(s, Counting)]
-        if later:  # batch echoing: the echo stage emitted the batches
-            batches = later[-1].echo_counts()[3]
     return EchoStats(fresh_ex, emitted_ex, fresh_items, emitted_items, batches)
-
-
-def _examples_out(stages: list[Stage[Any]]) -> int:
-    batchers = [s for s in stages if isinstance(s, Batching)]
-    if batchers:
-        return int(batchers[-1].examples)
-    return int(getattr(stages[0], "items_read", 0))

@@ -61,3 +61,54 @@ def test_two_echo_stages_count_the_repeated_batch_again_once_it_is_re_read():
     assert restored.stats().fresh_examples == 2
     assert list(restored) == list(run)
     assert restored.stats() == run.stats()
+
+
+class _Pairs(dataecho.Stage):
+    """A batcher written outside dataecho: counted through the Batching protocol alone."""
+
+    def __init__(self, upstream):
+        self.upstream = dataecho.as_stage(upstream)
+        self.counts, self.last_size = (0, 0, 0), 0
+
+    def __next__(self):
+        batches, examples, dropped = self.counts
+        first = next(self.upstream)
+        try:
+            pair = [first, next(self.upstream)]
+        except StopIteration:
+            self.counts = (batches, examples, dropped + 1)
+            raise
+        self.counts, self.last_size = (batches + 1, examples + 2, dropped), 2
+        return pair
+
+    def batch_counts(self):
+        return self.counts
+
+    def _config(self):
+        return {}
+
+    def _snapshot(self):
+        return {"upstream": self.upstream.state_dict(), "counts": list(self.counts)}
+
+    def _set_state(self, state):
+        self.upstream.load_state_dict(state["upstream"])
+        self.counts = tuple(state["counts"])
+
+
+def test_a_batcher_of_ones_own_counts_through_the_batching_protocol():
+    stage = _Pairs(Echo(Source(range(5)), 1))
+    list(stage)
+    assert isinstance(stage, dataecho.stats.Batching)
+    s = stage.stats()  # the pair it dropped was read, never emitted
+    assert (s.fresh_examples, s.emitted_examples, s.batches) == (5, 4, 2)
+    echoed = Echo(_Pairs(Source(range(5))), 2)  # batch echoing: sized by last_size
+    list(echoed)
+    s = echoed.stats()
+    assert (s.fresh_examples, s.emitted_examples, s.batches) == (4, 8, 4)
+
+
+def test_without_an_echo_stage_the_source_counts_what_was_read():
+    stage = Source(range(7))
+    list(stage)
+    assert isinstance(stage, dataecho.stats.Reading)
+    assert stage.stats() == EchoStats.of_examples(7, 7)

@@ -85,15 +85,9 @@ class AdaptiveExamples(AdaptiveEcho[Any]):
         self.drop_last = check_bool(drop_last, "drop_last")
         self.last_size = 0  # examples in the latest batch (read by a later Echo)
 
-    @property
-    def batches(self) -> int:
-        """Batches emitted."""
-        return self._schedule.steps
-
-    @property
-    def examples(self) -> int:
-        """Examples in them, echoes included."""
-        return self._schedule.emitted_ex
+    def batch_counts(self) -> tuple[int, int, int]:
+        """(batches, examples in them with echoes, 0: a dropped batch stays read, not sent)."""
+        return self._schedule.steps, self._schedule.emitted_ex, 0
 
     def _step(self) -> Any:
         copies = self._schedule.step(self.batch_size)
