@@ -14,7 +14,6 @@ from ..loop import Epochs
 from ..map import fn_name
 from ..pipeline import pipeline
 from ..readers import as_stage
-from ..shuffle import window_of
 from ..source import Source
 from ..stage import Stage, State
 from ..stats import EchoStats
@@ -95,7 +94,8 @@ class EchoDataset(IterableDataset[Any]):
             echoing in the workers.
         buffer_size: per-worker shuffle window after the echo stage, in items (1 =
             none; default the copies of 1,000 examples, ``ceil(1000 * factor)``, at
-            most 65,536: :func:`dataecho.shuffle.window_of`); with ``Auto``, pass
+            most 65,536: :func:`dataecho.shuffle.window_of`; at factor 1, the baseline,
+            none unless given, as in :func:`dataecho.pipeline`); with ``Auto``, pass
             ``Auto(buffer_size=...)``, the examples echoes are drawn from, instead.
             Memory: before augmentation the window holds that many augmented copies
             (at factor 4 and 224x224 RGB uint8, about 600 MB per worker by default);
@@ -212,7 +212,7 @@ class EchoDataset(IterableDataset[Any]):
     def _pipeline(self, epoch: int) -> Stage[Any]:
         rank, world_size = self._read_as
         shard, shards = shard_of(rank, world_size)
-        baseline = self.factor == 1  # no echo stage, the same shuffle window
+        baseline = self.factor == 1  # no echo stage; a window only if one was given
         common: dict[str, Any] = dict(
             augment=self.augment, echo=None if baseline else self.echo,
             factor=None if baseline else self.factor, batch_size=None,
@@ -402,10 +402,9 @@ def _echo_of(echo: object, factor: object, buffer_size: object,
     check_variant(echo, allowed=EXAMPLE_LEVEL,
                   hint="for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches")
     factor = as_factor(factor)  # type: ignore[arg-type]
-    if not isinstance(factor, Auto):
-        # By default 1,000 distinct examples, so factor copies each (window_of).
-        return echo, factor, check_positive_int(
-            window_of(1000, factor) if buffer_size is None else buffer_size, "buffer_size")
+    if not isinstance(factor, Auto):  # the default window is pipeline()'s to choose
+        return echo, factor, (None if buffer_size is None
+                              else check_positive_int(buffer_size, "buffer_size"))
     if factor.agree is not None:
         raise ValueError(
             f"factor={factor!r}: DataLoader workers have no process group to agree "
