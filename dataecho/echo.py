@@ -94,7 +94,7 @@ class Echo(Stage[T]):
         self._item: Any = None
         self._before: Any = None  # upstream snapshot before the item being echoed
         self._left = 0  # copies of _item still to emit
-        self._copies = 0  # copies of _item in all, 0 for one re-read after a restore
+        self._reread_at = -1  # _fresh while _item is one a restore owed (not a first copy)
         self._owed = 0  # copies still to emit of an item a restore has not re-read yet
         self._size = 1  # examples in _item
         self._fresh = self._fresh_ex = self._planned = self._planned_ex = 0
@@ -111,7 +111,7 @@ class Echo(Stage[T]):
         if n > 1:
             self._before = self.upstream._snapshot()
         item = self._item = next(self.upstream)
-        self._left, self._copies = n - 1, n
+        self._left = n - 1
         if self._sized:
             size = self._size = self._item_size(item)
             self._fresh_ex += size
@@ -134,7 +134,8 @@ class Echo(Stage[T]):
             if self.upstream._snapshot() != self._before:
                 self.upstream.load_state_dict(self.upstream._expand(self._before))
             raise
-        self._item, self._left, self._owed, self._copies = item, self._owed - 1, 0, 0
+        self._item, self._left, self._owed, self._reread_at = (
+            item, self._owed - 1, 0, self._fresh)
         return item  # type: ignore[no-any-return]
 
     def copies(self, index: int) -> int:
@@ -177,7 +178,12 @@ class Echo(Stage[T]):
             >>> [(item, *copy_of()) for item in stage]
             [('a', 1, True), ('a', 1, False), ('b', 2, True), ('b', 2, False)]
         """
-        return lambda: (self._fresh, self._left == self._copies - 1)
+        # Worked out when asked, so that a plain Echo's next() stores nothing for it.
+        if self._frac:
+            return lambda: (self._fresh, self._fresh != self._reread_at
+                            and self._left == self.copies(self._fresh - 1) - 1)
+        last = self._base - 1
+        return lambda: (self._fresh, self._left == last and self._fresh != self._reread_at)
 
     @property
     def repeating(self) -> bool:
@@ -225,7 +231,7 @@ class Echo(Stage[T]):
             fresh, fresh_ex, planned, planned_ex)
         # The item being echoed is re-read by the next next(), not here: restoring reads
         # no data, and an upstream error there leaves this stage consistent.
-        self._left, self._item, self._copies = 0, None, 0
+        self._left, self._item, self._reread_at = 0, None, -1
         self._before = self.upstream._snapshot() if self._owed else None
 
 

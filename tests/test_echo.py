@@ -1,5 +1,6 @@
 import collections
 import json
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -293,3 +294,21 @@ def test_copies_of_marks_the_first_copy_and_not_those_a_restore_owed():
         (1, 2, False), (1, 2, False), (2, 3, True), (2, 3, False), (2, 3, False)]
     assert Map(Echo([0], factor=2), str).copies_of() is not None
     assert Map(Source(range(2)), str).copies_of() is None
+
+
+def test_copies_of_marks_each_first_copy_once_with_a_fractional_factor_across_restores():
+    def run(stop):
+        stage = Echo(range(50), factor=1.7, seed=3)
+        copy_of, out = stage.copies_of(), []
+        for item in islice(stage, stop):
+            out.append((item, *copy_of()))
+        again = Echo(range(50), factor=1.7, seed=3)
+        again.load_state_dict(json.loads(json.dumps(stage.state_dict())))
+        copy_of = again.copies_of()
+        return out + [(item, *copy_of()) for item in again]
+
+    whole = run(0)
+    assert [n for _, n, first in whole if first] == list(range(1, 51))
+    assert all(item == n - 1 for item, n, _ in whole)
+    for stop in range(1, len(whole)):
+        assert run(stop) == whole
