@@ -205,11 +205,7 @@ class AdaptiveEcho(Stage[T]):
         return self._schedule.copy_of if self.one_item_steps else None
 
     def _step(self) -> T:
-        copies = self._schedule.step(1)
-        if not copies:
-            raise StopIteration
-        self._schedule.emit(copies)
-        return copies[0][0]  # type: ignore[no-any-return]
+        return self._schedule.one()  # type: ignore[no-any-return]
 
     def _settle(self) -> None:
         """Books the lane's echoes, undoes the planned steps it did not emit, closes it."""

@@ -49,19 +49,12 @@ def alone(ready: int, capacity: int, ended: bool) -> tuple[int, int, bool]:
 
 
 class Plan(NamedTuple):
-    """What to do for the items a step still lacks.
+    """What to do for the items a step still lacks."""
 
-    Attributes:
-        fresh: ready fresh items to take now (taking them never waits).
-        echoes: echoes to emit after them.
-        block: wait, taking nothing, for one more fresh item or the end; then plan again.
-        stop: the upstream is over; the step ends with what it has.
-    """
-
-    fresh: int
-    echoes: int = 0
-    block: bool = False
-    stop: bool = False
+    fresh: int  # ready fresh items to take now (taking them never waits)
+    echoes: int = 0  # echoes to emit after them
+    block: bool = False  # wait, taking nothing, for one more fresh item or the end; then plan again
+    stop: bool = False  # the upstream is over: the step ends with what it has
 
 
 @lru_cache(maxsize=4096)  # pure, and the few answers a stage needs repeat every step
@@ -166,6 +159,24 @@ class Scheduler:
         self.warm += taken
         return out
 
+    def one(self) -> Any:
+        """:meth:`step` of one item, then :meth:`emit`; StopIteration at the end. A ready item in
+        one process is plan()'s only answer, taken without step()'s rounds: each step at R <= 1."""
+        feed, buffer, fresh = self.feed, self.buffer, self.fresh
+        if not (self.solo and feed.ready()):
+            if not (copies := self.step(1)):
+                raise StopIteration
+            self.emit(copies)
+            return copies[0][0]
+        if buffer.gap:  # first, as in step(): add() may evict an item released now
+            buffer.release(self.steps)
+        value, self.resume, size = feed.get()
+        buffer.add((value, size), fresh, self.steps)
+        self.fresh, self.fresh_ex, self.warm = fresh + 1, self.fresh_ex + size, self.warm + 1
+        self.last, self.steps = (value, fresh, 0, size), self.steps + 1  # emit()'s counts, inline
+        self.emitted, self.emitted_ex = self.emitted + 1, self.emitted_ex + size
+        return value
+
     def echo(self, step: int) -> Copy:
         """An echo of one item at ``step``: the ``(seed, step)``-keyed pick among those held."""
         held = len(self.buffer.entries)
@@ -175,9 +186,7 @@ class Scheduler:
 
     def emit(self, copies: list[Copy]) -> None:
         """Counts a step of ``copies`` as emitted."""
-        self.last = copies[0]
-        self.steps += 1
-        self.emitted += len(copies)
+        self.last, self.steps, self.emitted = copies[0], self.steps + 1, self.emitted + len(copies)
         self.emitted_ex += copies[0][3] if len(copies) == 1 else sum(c[3] for c in copies)
 
     def ahead(self, horizon: int) -> list[Any] | None:
