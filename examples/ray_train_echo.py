@@ -135,7 +135,8 @@ def train_loop(raw: dict[str, Any]) -> None:
         total = total + batches.stats()
         # Every rank's counts, gathered: the sum is the job's fresh count.
         ranks: list[Any] = [None] * world
-        dist.all_gather_object(ranks, {"total": asdict(total), "steps": batches.stats().batches,
+        dist.all_gather_object(ranks, {"total": asdict(total),
+                                       "steps": batches.stats().batches,
                                        "count_copies": batches.state_dict()})
         losses = [float(loss)] * world
         dist.all_gather_object(losses, float(loss))
