@@ -109,3 +109,37 @@ def test_shared_counts_add_each_workers_growth_to_its_slot(monkeypatch):
         read[:] = [1 + fresh, 2 + emitted]
         publish()
     assert counts.total() == (17, 34)
+
+
+def test_the_training_process_counts_are_read_when_asked_and_kept_across_iterations(
+        monkeypatch):
+    counts = module.SharedCounts()
+    first = [0, 0]
+    assert counts.publisher(lambda: (first[0], first[1])) is None  # nothing per example
+    first[:] = [3, 6]
+    assert counts.total() == (3, 6) and counts.own() == (3, 6)
+    second = [0, 0]
+    counts.publisher(lambda: (second[0], second[1]))  # a new iteration keeps the first's
+    first[:] = [99, 99]  # the first iteration is no longer read
+    second[:] = [1, 2]
+    assert counts.total() == (4, 8)
+    counts.reset(10, 20)  # a checkpoint's totals replace what the iteration read
+    second[:] = [5, 5]
+    assert counts.total() == (10, 20)
+    restored = [0, 0]
+    counts.publisher(lambda: (restored[0], restored[1]))
+    restored[:] = [1, 1]
+    assert counts.total() == (11, 21)
+
+
+def test_a_forked_worker_never_writes_the_training_process_counts(monkeypatch):
+    counts = module.SharedCounts()
+    live = [0, 0]
+    counts.publisher(lambda: (live[0], live[1]))
+    as_worker(monkeypatch, 0, 2, 5)  # a fork's copy still holds the live iteration
+    live[:] = [50, 50]
+    assert counts.own() == (0, 0)
+    publish = counts.publisher(lambda: (1, 1))
+    assert publish is not None
+    monkeypatch.setattr(module, "get_worker_info", lambda: None)
+    assert counts.total() == (50, 50)

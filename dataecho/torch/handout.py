@@ -1,7 +1,8 @@
 """What an ``EchoDataset`` hands the DataLoader, counted, in each worker.
 
 :class:`Tally` is the stage an ``EchoDataset``'s epoch loop builds for each epoch: the
-worker's pipeline, counted cheaply enough to publish after every example.
+worker's pipeline, counted cheaply enough to publish after every example (in a
+DataLoader worker; the training process reads its own when asked).
 :class:`Handout` is one iteration's iterator over it: it publishes the counts, ends the
 epoch, and makes a read error stick.
 """
@@ -105,8 +106,9 @@ class Handout(Iterator[Any]):
 
     Args:
         tally: the epoch's counted pipeline.
-        publisher: ``publisher(counts)`` makes a function that makes the counts so far
-            visible to the training process (``SharedCounts.publisher``).
+        publisher: ``publisher(counts)`` makes the function to call after every example
+            that makes the counts so far visible to the training process, or returns
+            None where they are read when asked (``SharedCounts.publisher``).
         end: ``end(tally)``, told once the epoch was read to its end.
         fail: ``fail(error)``, told of a read error.
         check_empty: a whole epoch without an example is an error (a stream's).
@@ -124,7 +126,7 @@ class Handout(Iterator[Any]):
     """
 
     def __init__(self, tally: Tally,
-                 publisher: Callable[[Callable[[], tuple[int, int]]], Callable[[], None]],
+                 publisher: Callable[[Callable[[], tuple[int, int]]], Callable[[], None] | None],
                  end: Callable[[Tally], None], fail: Callable[[Exception], None],
                  check_empty: bool,
                  renew: Callable[[Tally], Tally | None] | None = None) -> None:
@@ -147,7 +149,8 @@ class Handout(Iterator[Any]):
             self._error, self._stopped = error, True
             self._fail(error)
             raise
-        self._publish()
+        if self._publish is not None:
+            self._publish()
         return item
 
     def _slow_path(self) -> None:
@@ -170,7 +173,8 @@ class Handout(Iterator[Any]):
 
     def _finish(self) -> None:
         self._stopped = True
-        self._publish()
+        if self._publish is not None:
+            self._publish()
         self._end(self._tally)
         if self._check_empty and not self._tally.yields:
             raise ValueError(empty_message())

@@ -178,48 +178,67 @@ class SharedCounts:
     """The fresh and emitted examples of every DataLoader worker, in shared memory.
 
     Each worker adds to its own slot what its epoch loop counts (:meth:`publisher`); the
-    training process sums the slots. Raw (no lock): one writer per slot.
+    training process sums the slots. Raw (no lock): one writer per slot. The training
+    process's own iteration (``num_workers=0``) is read when the counts are asked for,
+    not written after every example.
 
     Example:
         >>> counts = SharedCounts()
         >>> read = [3, 6]
         >>> publish = counts.publisher(lambda: (read[0], read[1]))  # from 3 and 6 on
-        >>> read[:] = [5, 10]; publish()
-        >>> counts.total()
-        (2, 4)
+        >>> read[:] = [5, 10]
+        >>> publish is None, counts.total()  # in the training process: read when asked
+        (True, (2, 4))
         >>> counts.reset(7, 14); counts.total()
         (7, 14)
     """
 
     def __init__(self) -> None:
         self._array = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS)
+        # The training process's live iteration: writes its counts into slot 0.
+        self._live: Callable[[], None] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_array": self._array, "_live": None}  # a live pipeline stays here
 
     def total(self) -> tuple[int, int]:
         """(fresh, emitted) summed over every slot."""
+        self._read_live()
         return sum(self._array[0::2]), sum(self._array[1::2])
 
     def reset(self, fresh: int, emitted: int) -> None:
         """Makes (fresh, emitted) the total, in the training process's slot."""
+        self._live = None  # what the iteration read so far is replaced, not added
         self._array[:] = [0] * (2 * SLOTS)
         self._array[0], self._array[1] = fresh, emitted
 
     def own(self) -> tuple[int, int]:
         """(fresh, emitted) in this process's slot: every iteration of this worker id."""
+        self._read_live()
         slot = 2 * worker_slot()
         return self._array[slot], self._array[slot + 1]
 
     def restore(self, fresh: int, emitted: int) -> None:
         """Makes (fresh, emitted) this process's own counts: those a restored worker had."""
+        if get_worker_info() is None:
+            self._live = None
         slot = 2 * worker_slot()
         self._array[slot], self._array[slot + 1] = fresh, emitted
 
-    def publisher(self, counts: Callable[[], tuple[int, int]]) -> Callable[[], None]:
-        """A function that adds to this process's slot what ``counts()`` grew by since now.
+    def publisher(self, counts: Callable[[], tuple[int, int]]) -> Callable[[], None] | None:
+        """Makes this process's slot grow by what ``counts()`` grows by from now on.
 
         Args:
-            counts: returns (fresh, emitted) of this process's live pipeline, cheaply:
-                the function returned calls it for every example.
+            counts: returns (fresh, emitted) of this process's live pipeline, cheaply.
+
+        Returns:
+            In a DataLoader worker, a function to call after every example, which
+            writes the counts where the training process reads them. In the training
+            process, None: ``counts`` is read whenever the totals are asked for, so the
+            examples pay nothing for it.
         """
+        worker = get_worker_info() is not None
+        self._read_live()  # an earlier iteration's counts stay in the slot
         array, slot = self._array, 2 * worker_slot()
         fresh, emitted = counts()
         # Earlier epochs of this slot, minus what a restored pipeline had counted.
@@ -229,4 +248,12 @@ class SharedCounts:
             fresh, emitted = counts()
             array[slot], array[slot + 1] = base_fresh + fresh, base_emitted + emitted
 
-        return publish
+        if worker:
+            return publish
+        self._live = publish
+        return None
+
+    def _read_live(self) -> None:
+        # A forked worker inherits the training process's attribute: not its slot to write.
+        if self._live is not None and get_worker_info() is None:
+            self._live()
