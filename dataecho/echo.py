@@ -89,7 +89,7 @@ class Echo(Stage[T]):
             size = batch_len
         self._size_fn = size
         self._sized = size is not None or self._batcher is not None
-        self._block_id = -1
+        self._block_start = -_BLOCK  # the first position of the cached block: none yet
         self._block: list[int] = []
         self._item: Any = None
         self._before: Any = None  # upstream snapshot before the item being echoed
@@ -147,11 +147,14 @@ class Echo(Stage[T]):
         """
         if not self._frac:
             return self._base
-        block, offset = divmod(self._first + index * self._step, _BLOCK)
-        if block != self._block_id:
-            self._block = _copies_block(self.factor, self.seed, block).tolist()
-            self._block_id = block
-        return self._block[offset]
+        position = self._first + index * self._step
+        i = position - self._block_start
+        if 0 <= i < _BLOCK:  # no divmod on the hot path: a cached block's position
+            return self._block[i]
+        block = position // _BLOCK
+        self._block = _copies_block(self.factor, self.seed, block).tolist()
+        self._block_start = block * _BLOCK
+        return self._block[position - self._block_start]
 
     def _item_size(self, item: T) -> int:
         if self._size_fn is not None:
