@@ -151,6 +151,16 @@ class Epochs:
         self._kept = False  # set_epoch kept the live stage: the next start reads it
         self._owner = "Epochs"  # whose state was loaded, for messages
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy for another process (spawned DataLoader workers) leaves the live stage
+        # here (it may hold a thread or a closure): what it read counts as finished, as
+        # start() counts a stage it does not read on.
+        state = self.__dict__.copy()
+        if self._stage is not None:
+            state.update(_stage=None, _done=self._done + self._stage.stats(), _current=None,
+                         _ended=False, _kept=False)
+        return state
+
     @property
     def epoch(self) -> int:
         """The epoch of the live (or ended) stage, else the one the next start reads."""

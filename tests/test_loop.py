@@ -141,3 +141,18 @@ def test_a_state_whose_counts_disagree_with_its_stage_is_refused():
                                          r"7, .* but its stage's counters make "
                                          r"\{'fresh_examples': 2"):
         again.start()
+
+
+def test_a_pickled_copy_leaves_the_live_stage_and_counts_what_it_read_as_done():
+    import pickle
+
+    loop = Epochs(build)
+    stage = loop.start()
+    stage.copies_of()  # a live stage may hold what pickle cannot take: not copied
+    _ = [next(stage) for _ in range(3)]
+    copy = pickle.loads(pickle.dumps(loop))
+    assert copy.stage is None and copy.stats() == loop.stats()
+    assert loop.stage is stage  # the original goes on reading
+    # The copy's next start reads what the original's would: here the abandoned epoch.
+    assert list(copy.start()) == list(loop.start()) == list(build(0))
+    assert copy.stats() == loop.stats()

@@ -681,6 +681,19 @@ def test_stats_at_a_mid_epoch_restore_continue_as_the_uninterrupted_run_counts()
         assert len(head) == k
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_counts_of_an_abandoned_iteration_here_survive_the_workers_of_a_later_one(context):
+    # The training process's counts are read when asked; its workers start (worker 0
+    # in the same slot) after them and add to them.
+    ds = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
+    loader = iter(DataLoader(ds, batch_size=4))
+    head = [next(loader) for _ in range(3)]  # 12 examples here, then abandoned
+    del loader
+    rows = list(DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context))
+    assert sum(len(b) for b in head) == 12 and sum(len(b) for b in rows) == 80
+    assert ds.stats().emitted_examples == 92 and ds.stats().fresh_examples >= 40 + 6
+
+
 def test_a_tally_state_with_more_first_copies_than_items_is_refused():
     ds = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
     it = iter(DataLoader(ds, batch_size=4))

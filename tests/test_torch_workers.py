@@ -132,14 +132,19 @@ def test_the_training_process_counts_are_read_when_asked_and_kept_across_iterati
     assert counts.total() == (11, 21)
 
 
-def test_a_forked_worker_never_writes_the_training_process_counts(monkeypatch):
+def test_a_training_process_iteration_never_writes_over_worker_0s_counts(monkeypatch):
     counts = module.SharedCounts()
     live = [0, 0]
-    counts.publisher(lambda: (live[0], live[1]))
-    as_worker(monkeypatch, 0, 2, 5)  # a fork's copy still holds the live iteration
-    live[:] = [50, 50]
-    assert counts.own() == (0, 0)
-    publish = counts.publisher(lambda: (1, 1))
-    assert publish is not None
-    monkeypatch.setattr(module, "get_worker_info", lambda: None)
-    assert counts.total() == (50, 50)
+    counts.publisher(lambda: (live[0], live[1]))  # an iteration here, then abandoned
+    live[:] = [2, 2]
+    module._before_fork()  # starting DataLoader worker 0 ...
+    monkeypatch.setattr(module.os, "getpid", lambda: 4242)
+    as_worker(monkeypatch, 0, 2, 5)
+    live[:] = [50, 50]  # ... whose fork still holds that iteration
+    assert counts.own() == (2, 2)
+    worker = [0, 0]
+    publish = counts.publisher(lambda: (worker[0], worker[1]))
+    worker[:] = [7, 7]
+    publish()
+    monkeypatch.undo()  # back in the training process
+    assert counts.total() == (9, 9)  # its abandoned iteration does not write slot 0 again

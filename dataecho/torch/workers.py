@@ -10,6 +10,8 @@ training process sees one total. Everything else is in each copy's own epoch loo
 from __future__ import annotations
 
 import multiprocessing
+import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,9 @@ from torch.utils.data import get_worker_info
 #: Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
 #: per worker; the main process (num_workers=0) uses slot 0.
 SLOTS = 256
+# After the slots: the process that took slot 0 last (its pid), the training process or
+# DataLoader worker 0. The training process writes its counts there only while it has it.
+_SLOT0 = 2 * SLOTS
 
 # Fields of the shared record: the epoch the next iteration reads, then the iteration
 # that claimed an epoch last (its key: the DataLoader's base seed and the workers'
@@ -194,22 +199,24 @@ class SharedCounts:
     """
 
     def __init__(self) -> None:
-        self._array = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS)
+        self._array = multiprocessing.get_context("spawn").RawArray("q", 2 * SLOTS + 1)
         # The training process's live iteration: writes its counts into slot 0.
         self._live: Callable[[], None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        # Pickled for spawned DataLoader workers: worker 0 starts from slot 0 as it is.
+        self._read_live()
         return {"_array": self._array, "_live": None}  # a live pipeline stays here
 
     def total(self) -> tuple[int, int]:
         """(fresh, emitted) summed over every slot."""
         self._read_live()
-        return sum(self._array[0::2]), sum(self._array[1::2])
+        return sum(self._array[0:_SLOT0:2]), sum(self._array[1:_SLOT0:2])
 
     def reset(self, fresh: int, emitted: int) -> None:
         """Makes (fresh, emitted) the total, in the training process's slot."""
         self._live = None  # what the iteration read so far is replaced, not added
-        self._array[:] = [0] * (2 * SLOTS)
+        self._array[:] = [0] * (2 * SLOTS + 1)
         self._array[0], self._array[1] = fresh, emitted
 
     def own(self) -> tuple[int, int]:
@@ -220,8 +227,7 @@ class SharedCounts:
 
     def restore(self, fresh: int, emitted: int) -> None:
         """Makes (fresh, emitted) this process's own counts: those a restored worker had."""
-        if get_worker_info() is None:
-            self._live = None
+        self._live = None
         slot = 2 * worker_slot()
         self._array[slot], self._array[slot + 1] = fresh, emitted
 
@@ -238,8 +244,12 @@ class SharedCounts:
             examples pay nothing for it.
         """
         worker = get_worker_info() is not None
+        if worker:
+            self._live = None  # a forked copy of the training process's: not ours
         self._read_live()  # an earlier iteration's counts stay in the slot
         array, slot = self._array, 2 * worker_slot()
+        if slot == 0:
+            array[_SLOT0] = os.getpid()
         fresh, emitted = counts()
         # Earlier epochs of this slot, minus what a restored pipeline had counted.
         base_fresh, base_emitted = array[slot] - fresh, array[slot + 1] - emitted
@@ -251,9 +261,27 @@ class SharedCounts:
         if worker:
             return publish
         self._live = publish
+        _LIVE.add(self)
         return None
 
     def _read_live(self) -> None:
-        # A forked worker inherits the training process's attribute: not its slot to write.
-        if self._live is not None and get_worker_info() is None:
+        if self._live is None:
+            return
+        if self._array[_SLOT0] == os.getpid():
             self._live()
+        else:  # DataLoader worker 0 took slot 0 since (or this is a forked copy)
+            self._live = None
+
+
+# Training-process counts read when asked, written into slot 0 before a fork (the
+# default start of DataLoader workers on Linux), so that worker 0, which shares slot 0,
+# starts from them.
+_LIVE: weakref.WeakSet[SharedCounts] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for counts in list(_LIVE):
+        counts._read_live()
+
+
+os.register_at_fork(before=_before_fork)
