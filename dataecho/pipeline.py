@@ -47,8 +47,9 @@ def pipeline(
       Copies are identical; also saves the augmentation work.
     - ``"batch"``: Source -> Map(augment) -> Batch -> Echo [-> Shuffle of batches].
       Whole batches repeat; saves batching work too.
-    - ``None`` (or ``factor=1``): the baseline, Source -> Map(augment) -> Batch;
-      with ``echo=None`` a ``factor`` other than 1 is an error.
+    - ``None``: the baseline, Source -> Map(augment) -> Batch; with ``echo=None`` a
+      ``factor`` other than 1 is an error. ``factor=1`` with a variant is the same
+      baseline, window included.
 
     Args:
         data: map-style data set of decoded examples (the expensive read happens here),
@@ -71,8 +72,9 @@ def pipeline(
         buffer_size: items in the shuffle window after the echo stage. Default: ten
             batches of distinct examples for example echoing (``10 * batch_size *
             factor`` items, rounded up, at most 65,536: :func:`dataecho.shuffle.window_of`);
-            none (1) for batch echoing, where each item is a whole batch, and for ``echo=None``
-            (the baseline: given, the window stands after the augmentation). 1
+            none (1) for batch echoing, where each item is a whole batch, and for the
+            baseline (``echo=None`` or factor 1: given, the window stands after the
+            augmentation). 1
             disables the post-echo shuffle. With ``Auto`` the adaptive stage's own
             buffer spreads copies (``Auto(buffer_size=...)``) and this is an error.
         drop_last: drop a final partial batch.
@@ -105,6 +107,8 @@ def pipeline(
     if factor is None:
         factor = 1.0 if echo is None else 2.0
     factor = as_factor(factor)
+    if factor == 1.0:  # no echo stage: the baseline, whichever variant was named
+        echo = None
     auto = isinstance(factor, Auto)
     if auto and buffer_size is not None:
         raise ValueError(
@@ -129,8 +133,6 @@ def pipeline(
         copies = 1.0 if isinstance(factor, Auto) else factor
         buffer_size = window_of(10 * (batch_size or 100), copies) if example_level else 1
     buffer_size = check_positive_int(buffer_size, "buffer_size")
-    if echo is None or factor == 1.0:
-        echo = None
 
     def sub(tag: int) -> int:  # distinct streams per stage, first epoch and shard
         return derive_seed(seed, tag, epoch, shard_index)

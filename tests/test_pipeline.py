@@ -35,8 +35,20 @@ def test_each_variant_puts_the_echo_stage_where_the_paper_does(variant, stages):
     assert _stages(dataecho.pipeline(DATA, augment=augment, echo=variant)) == stages
 
 
-def test_factor_one_builds_the_baseline():
-    assert _stages(dataecho.pipeline(DATA, echo="batch", factor=1)) == ["Source", "Batch"]
+@pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
+@pytest.mark.parametrize("buffer_size", [None, 16])
+def test_factor_one_builds_the_baseline_with_the_window_given(variant, buffer_size):
+    # Every variant at factor 1 is echo=None's pipeline: no echo stage, and a window
+    # (after the augmentation) only when one is given.
+    def build(echo, **factor):
+        return dataecho.pipeline(DATA, augment=augment, echo=echo, batch_size=8,
+                                 buffer_size=buffer_size, seed=3, **factor)
+
+    ours, baseline = build(variant, factor=1), build(None)
+    assert repr(ours) == repr(baseline)
+    assert [b.tolist() for b in ours] == [b.tolist() for b in baseline]
+    window = ["Shuffle"] if buffer_size else []
+    assert _stages(build(variant, factor=1)) == ["Source", "Map", *window, "Batch"]
 
 
 @pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])

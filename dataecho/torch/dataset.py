@@ -212,10 +212,8 @@ class EchoDataset(IterableDataset[Any]):
     def _pipeline(self, epoch: int) -> Stage[Any]:
         rank, world_size = self._read_as
         shard, shards = shard_of(rank, world_size)
-        baseline = self.factor == 1  # no echo stage; a window only if one was given
         common: dict[str, Any] = dict(
-            augment=self.augment, echo=None if baseline else self.echo,
-            factor=None if baseline else self.factor, batch_size=None,
+            augment=self.augment, echo=self.echo, factor=self.factor, batch_size=None,
             buffer_size=self.buffer_size, seed=self.seed, epoch=epoch, shard_index=shard,
             num_shards=shards)
         if isinstance(self.read, Indexed):
