@@ -284,4 +284,5 @@ def _before_fork() -> None:
         counts._read_live()
 
 
-os.register_at_fork(before=_before_fork)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(before=_before_fork)
