@@ -155,11 +155,12 @@ class Epochs:
         # A copy for another process (spawned DataLoader workers) leaves the live stage
         # here (it may hold a thread or a closure): what it read counts as finished, as
         # start() counts a stage it does not read on.
-        state = self.__dict__.copy()
-        if self._stage is not None:
-            state.update(_stage=None, _done=self._done + self._stage.stats(), _current=None,
-                         _ended=False, _kept=False)
-        return state
+        if self._stage is None:
+            return self.__dict__.copy()
+        other = object.__new__(type(self))  # copy.copy would call this method again
+        other.__dict__.update(self.__dict__)
+        other._release()
+        return other.__dict__
 
     @property
     def epoch(self) -> int:
@@ -295,12 +296,17 @@ class Epochs:
             self._stage.close()
 
     def _finish(self) -> None:
-        self._kept = False
-        if self._stage is not None:
-            self._done = self._done + self._stage.stats()
-            self._stage.close()
-            self._stage = None
+        stage = self._release()
+        if stage is not None:
+            stage.close()
+
+    def _release(self) -> Stage[Any] | None:
+        """Counts the live stage as finished and lets go of it, unclosed; returns it."""
+        stage, self._stage, self._kept = self._stage, None, False
+        if stage is not None:
+            self._done = self._done + stage.stats()
         self._current, self._ended = None, False
+        return stage
 
     def _live(self) -> EchoStats:
         if self._stage is not None:
