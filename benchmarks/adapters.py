@@ -12,7 +12,10 @@ Two pairs, each run back to back in this process and repeated, medians reported:
   0.9x).
 
 The data are small tensors already in memory, so the adapters' per-example cost is what
-differs. Writes benchmarks/results/adapters.json and .md.
+differs. A second table says where the training process's time goes (0 workers, µs per
+example, best pass): the flip alone, the plain ``Dataset``, ``Map(Source)`` (dataecho's
+reading and augmentation without the hand-out) and ``EchoDataset``. Writes
+benchmarks/results/adapters.json and .md.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from dataecho import __version__
+from dataecho import Map, Source, __version__
 from dataecho.experiments.text import md_table
 from dataecho.torch import EchoBatches, EchoDataset
 
@@ -51,6 +54,16 @@ class Flipped(Dataset[torch.Tensor]):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return flip(self.data[i])
+
+
+class Staged(IterableDataset[torch.Tensor]):
+    """dataecho's reading and augmentation, ``Map(Source(data), flip)``, nothing else."""
+
+    def __init__(self, data: list[torch.Tensor]) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return Map(Source(self.data, shuffle=True, seed=0), flip)
 
 
 def twice(loader: Iterable[Any]) -> Iterable[Any]:
@@ -102,17 +115,31 @@ def main() -> None:
                      f"{statistics.median(ours_rates):,.0f}",
                      f"{statistics.median(ratios):.2f}x",
                      f"{min(ratios):.2f}-{max(ratios):.2f}"])
+    # Where the time goes with 0 workers: µs per example, best pass of each.
+    parts: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[Any], int]]] = {
+        "the flip alone (a loop over the list)": (lambda: map(flip, data), lambda _: 1),
+        "plain Dataset": (lambda: DataLoader(Flipped(data), batch_size=64, shuffle=True), len),
+        "Map(Source) in a DataLoader": (lambda: DataLoader(Staged(data), batch_size=64), len),
+        "EchoDataset": (lambda: DataLoader(EchoDataset(data, augment=flip, factor=1, seed=0),
+                                           batch_size=64), len),
+    }
+    costs = {name: 1e6 / max(rate(make, count) for _ in range(args.repeats))
+             for name, (make, count) in parts.items()}
+    out["microseconds per example, 0 workers"] = costs
     meta = {"dataecho": __version__, "torch": torch.__version__, "python":
             platform.python_version(), "examples": args.examples, "repeats": args.repeats}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "adapters.json").write_text(json.dumps({"meta": meta, "cases": out}, indent=1))
     table = "\n".join(md_table(["case", "plain loop", "dataecho", "ratio (median)", "range"],
                                 rows, "lrrrr"))
+    where = "\n".join(md_table(["what the DataLoader reads (0 workers)", "µs per example"],
+                                [[name, f"{us:.2f}"] for name, us in costs.items()], "lr"))
     text = (f"# The adapters' own cost\n\n`python benchmarks/adapters.py --examples "
             f"{args.examples} --repeats {args.repeats}` (torch {torch.__version__}, "
             f"Python {platform.python_version()}); rates per second, median over "
             f"{args.repeats} back-to-back pairs; the target is a ratio of at least 0.9x.\n\n"
-            f"{table}\n")
+            f"{table}\n\nWhere the time goes, best of {args.repeats} passes each:\n\n"
+            f"{where}\n")
     (RESULTS / "adapters.md").write_text(text)
     print(text)
 
