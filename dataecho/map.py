@@ -58,7 +58,7 @@ class Map(Stage[U]):
     def __next__(self) -> U:
         item = next(self.upstream)
         position = self._position
-        self._position += 1
+        self._position = position + 1
         if self.random:
             return self.fn(item, self._stream.at(position))
         return self.fn(item)

@@ -128,19 +128,26 @@ class Source(Stage[T]):
         return (self._epoch - self.first_epoch) * len(self._order) + self._index
 
     def __next__(self) -> T:
-        if self._index >= len(self._order):
-            last = self.num_epochs is not None and (
-                self._epoch + 1 >= self.first_epoch + self.num_epochs)
-            if last:
-                raise StopIteration
-            self._epoch += 1
-            self._index = 0
-            self._order = self._order_for(self._epoch)
+        index = self._index
+        try:
+            position = self._order[index]
+        except IndexError:  # the epoch's end: cheaper than comparing at every item
+            position = self._next_epoch()
+            index = 0
         # Read, then advance: a read that raises leaves the position on the example,
         # so calling next() again (or restoring a checkpoint taken now) retries it.
-        item = self.data[self._order[self._index]]
-        self._index += 1
+        item = self.data[position]
+        self._index = index + 1
         return item
+
+    def _next_epoch(self) -> int:
+        """Moves to the next epoch and returns its first position; or stops."""
+        if self.num_epochs is not None and self._epoch + 1 >= self.first_epoch + self.num_epochs:
+            raise StopIteration
+        self._epoch += 1
+        self._index = 0
+        self._order = self._order_for(self._epoch)
+        return self._order[0]
 
     def _config(self) -> dict[str, Any]:
         return {"size": self.size, "shuffle": self.shuffle, "seed": self.seed,

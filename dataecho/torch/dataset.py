@@ -282,8 +282,8 @@ class EchoDataset(IterableDataset[Any]):
 
     def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
         renew = self._renew if get_worker_info() is None else None
-        return Handout(tally, self._counts.publisher, self._finish, self._fail, check_empty,
-                       renew)
+        return iter(Handout(tally, self._counts.publisher, self._finish, self._fail,
+                            check_empty, renew))
 
     def _renew(self, tally: Tally) -> Tally | None:
         """The pipeline an iteration reads from its first item: ``tally`` or a new one.

@@ -3,13 +3,14 @@
 :class:`Tally` is the stage an ``EchoDataset``'s epoch loop builds for each epoch: the
 worker's pipeline, counted cheaply enough to publish after every example (in a
 DataLoader worker; the training process reads its own when asked).
-:class:`Handout` is one iteration's iterator over it: it publishes the counts, ends the
+:class:`Handout` is one iteration over it: it publishes the counts, ends the
 epoch, and makes a read error stick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import get_worker_info
@@ -96,13 +97,15 @@ class Tally(Stage[Any]):
         return repr(self.upstream)
 
 
-class Handout(Iterator[Any]):
+class Handout(Iterable[Any]):
     """One iteration's examples, counted as handed over; a read error sticks.
 
-    Not a generator: an error raised through a generator ends it, so the DataLoader's
-    next call would see a normal end of the epoch. The DataLoader also drops the
-    examples of the batch it was filling when a read fails, so going on after an error
-    would lose them silently: every later call raises again, naming the first error.
+    An error raised through a generator ends it, so the DataLoader's next call would see
+    a normal end of the epoch; and the DataLoader drops the examples of the batch it was
+    filling when a read fails, so going on after an error would lose them silently.
+    The iterator is therefore a generator for the examples (the per-example path at a
+    generator's speed, the DataLoader's only cost besides the pipeline) chained to a
+    tail that, after an error, raises again at every call, naming the first error.
 
     Args:
         tally: the epoch's counted pipeline.
@@ -134,34 +137,44 @@ class Handout(Iterator[Any]):
         self._publish = publisher(tally.counts)
         self._check_empty, self._renew = check_empty, renew
         self._error: Exception | None = None
-        # Ended, failed or not begun: one check on the per-item path.
-        self._stopped = renew is not None
 
-    def __next__(self) -> Any:
-        if self._stopped:
-            self._slow_path()
+    def __iter__(self) -> Iterator[Any]:
+        # chain() calls the generator until it is done, ended or failed, then the
+        # callable for every later item: after a failure it keeps raising, since
+        # iter(callable, sentinel) stops only when the callable raises StopIteration.
+        return itertools.chain(self._examples(), iter(self._after, None))
+
+    def _examples(self) -> Iterator[Any]:
+        tally = self._tally
+        if self._renew is not None:  # asked at the first item, not when the loader begins
+            renewed = self._renew(tally)
+            if renewed is None:
+                return
+            if renewed is not tally:
+                tally = self._tally = renewed
+                self._publish = self._publisher(tally.counts)
+        publish = self._publish
         try:
-            item = next(self._tally)
-        except StopIteration:
-            self._finish()
-            raise
+            if publish is None:
+                # Not `yield from`: it would close the pipeline when an iteration is
+                # dropped, and the next one reads on from the same pipeline.
+                for item in tally:
+                    yield item
+            else:
+                for item in tally:
+                    publish()
+                    yield item
         except Exception as error:
-            self._error, self._stopped = error, True
+            self._error = error
             self._fail(error)
             raise
-        if self._publish is not None:
-            self._publish()
-        return item
+        if publish is not None:
+            publish()
+        self._end(tally)
+        if self._check_empty and not tally.yields:
+            raise ValueError(empty_message())
 
-    def _slow_path(self) -> None:
-        if self._renew is not None:  # the first item
-            tally, self._renew, self._stopped = self._renew(self._tally), None, False
-            if tally is None:
-                self._stopped = True
-                raise StopIteration
-            if tally is not self._tally:
-                self._tally, self._publish = tally, self._publisher(tally.counts)
-            return
+    def _after(self) -> Any:
         if self._error is None:
             raise StopIteration
         raise RuntimeError(
@@ -170,14 +183,6 @@ class Handout(Iterator[Any]):
             "DataLoader dropped the examples of the batch it was filling; restore the "
             "checkpoint taken before the error (or start a new iteration, which "
             "reads the epoch again)") from self._error
-
-    def _finish(self) -> None:
-        self._stopped = True
-        if self._publish is not None:
-            self._publish()
-        self._end(self._tally)
-        if self._check_empty and not self._tally.yields:
-            raise ValueError(empty_message())
 
 
 def empty_message() -> str:
