@@ -81,12 +81,12 @@ def batch_len(batch: object) -> int:
         >>> batch_len([[np.zeros((8, 5)), np.ones((8, 5))], np.zeros(8)])  # [[ids, mask], y]
         8
     """
+    shape = array_shape(batch)
+    if shape is not None:  # the common batch, checked first: it is measured per batch
+        return int(shape[0]) if len(shape) else 1
     while isinstance(batch, Mapping):  # nested dicts collate to nested dicts
         batch = next(iter(batch.values()), None)
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else 1
-    if isinstance(batch, tuple | list):
+    if isinstance(batch, tuple | list):  # before shape: a namedtuple's field may be one
         first = batch[0] if batch else None
         # default_collate makes lists of fields, nested for nested samples
         # ([[ids, mask], labels]); a list of anything else is a list of examples.
@@ -94,7 +94,32 @@ def batch_len(batch: object) -> int:
         if batch and (isinstance(batch, tuple) or hasattr(first, "shape") or nested):
             return batch_len(first)
         return len(batch)
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
     return 1
+
+
+# Whether a type's instances are arrays: a shape on the type, and no container (a
+# namedtuple may have a field named shape). Known per type after its first batch.
+_ARRAY_TYPES: dict[type, bool] = {}
+
+
+def array_shape(value: object) -> Any:
+    """``value.shape`` when ``value`` is a tensor or array, else None; fast per type.
+
+    Example:
+        >>> import numpy as np
+        >>> array_shape(np.zeros((4, 2))), array_shape((np.zeros(3),))
+        ((4, 2), None)
+    """
+    kind = type(value)
+    array = _ARRAY_TYPES.get(kind)
+    if array is None:
+        array = _ARRAY_TYPES[kind] = (
+            hasattr(kind, "shape") and not issubclass(kind, tuple | list | Mapping)
+            and not dataclasses.is_dataclass(kind))
+    return getattr(value, "shape", None) if array else None
 
 
 def is_dataclass_instance(value: Any) -> bool:
@@ -123,6 +148,16 @@ def batch_size_of(batch: Any) -> int:
         >>> batch_size_of((images, targets)), batch_size_of([(np.zeros(3), 0)] * 5)
         (4, 5)
     """
+    # The common batches first, measured per batch: an array, or a plain tuple, list or
+    # dict whose first field is one (the rules below then count that array too).
+    first = batch
+    if type(batch) is tuple or type(batch) is list:
+        first = batch[0] if batch else None
+    elif type(batch) is dict:
+        first = next(iter(batch.values()), None)
+    shape = array_shape(first)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
     if is_dataclass_instance(batch):
         batch = {f.name: getattr(batch, f.name, None) for f in dataclasses.fields(batch)}
     fields = (list(batch.values()) if isinstance(batch, Mapping)

@@ -498,6 +498,34 @@ def test_batch_size_of_agrees_with_the_core_rule():
     assert batch_size_of(((x[0],) * 3, ({},) * 3)) == 3
 
 
+def test_batch_size_of_counts_only_arrays_by_their_shape():
+    import collections
+    import dataclasses
+
+    from dataecho.sizes import batch_len
+    from dataecho.torch.batches import batch_size_of
+
+    x = torch.zeros(6, 3)
+    Sample = collections.namedtuple("Sample", ["image", "shape"])  # a field named shape
+
+    @dataclasses.dataclass
+    class Boxed:
+        shape: torch.Tensor
+        label: torch.Tensor
+
+    class Shaped:  # a shape set per instance, not on the type
+        def __init__(self):
+            self.shape = (5, 2)
+
+    for _ in range(2):  # the type is known after the first batch: same answers
+        assert batch_size_of(Sample(x, torch.zeros(2))) == 6  # its first field
+        assert batch_size_of(Boxed(torch.zeros(3, 2), torch.zeros(3))) == 3
+        assert batch_size_of(Shaped()) == batch_len(Shaped()) == 5
+        assert batch_size_of(collections.OrderedDict(x=x)) == 6
+        assert batch_size_of((torch.tensor(1.0), x)) == batch_len((torch.tensor(1.0),)) == 1
+        assert batch_size_of([]) == batch_size_of(()) == 0
+
+
 def test_auto_is_a_value_that_carries_the_adaptive_parameters():
     assert EchoBatches(loader(), "auto").factor == Auto()
     echoed = EchoBatches(loader(), Auto(max_factor=3, buffer_size=8))
