@@ -13,9 +13,10 @@ Two pairs, each run back to back in this process and repeated, medians reported:
 
 The data are small tensors already in memory, so the adapters' per-example cost is what
 differs. A second table says where the training process's time goes (0 workers, µs per
-example, best pass): the flip alone, the plain ``Dataset``, ``Map(Source)`` (dataecho's
-reading and augmentation without the hand-out) and ``EchoDataset``. Writes
-benchmarks/results/adapters.json and .md.
+example, best pass): the flip alone, the plain ``Dataset``, one iterator class that reads
+and flips in a single ``__next__`` (what the DataLoader's path for iterable data sets
+costs by itself), ``Map(Source)`` (dataecho's reading and augmentation without the
+hand-out) and ``EchoDataset``. Writes benchmarks/results/adapters.json and .md.
 """
 
 from __future__ import annotations
@@ -64,6 +65,31 @@ class Staged(IterableDataset[torch.Tensor]):
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         return Map(Source(self.data, shuffle=True, seed=0), flip)
+
+
+class OneIterator(IterableDataset[torch.Tensor]):
+    """The least an iterable data set can do: one ``__next__`` that reads and flips."""
+
+    def __init__(self, data: list[torch.Tensor]) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return Shuffled(self.data)
+
+
+class Shuffled(Iterator[torch.Tensor]):
+    def __init__(self, data: list[torch.Tensor]) -> None:
+        self.data, self.index = data, 0
+        self.order = torch.randperm(len(data)).tolist()
+
+    def __next__(self) -> torch.Tensor:
+        index = self.index
+        try:
+            position = self.order[index]
+        except IndexError:
+            raise StopIteration from None
+        self.index = index + 1
+        return flip(self.data[position])
 
 
 def twice(loader: Iterable[Any]) -> Iterable[Any]:
@@ -119,6 +145,8 @@ def main() -> None:
     parts: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[Any], int]]] = {
         "the flip alone (a loop over the list)": (lambda: map(flip, data), lambda _: 1),
         "plain Dataset": (lambda: DataLoader(Flipped(data), batch_size=64, shuffle=True), len),
+        "one iterator class in a DataLoader": (lambda: DataLoader(OneIterator(data),
+                                                                  batch_size=64), len),
         "Map(Source) in a DataLoader": (lambda: DataLoader(Staged(data), batch_size=64), len),
         "EchoDataset": (lambda: DataLoader(EchoDataset(data, augment=flip, factor=1, seed=0),
                                            batch_size=64), len),
