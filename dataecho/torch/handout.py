@@ -155,15 +155,12 @@ class Handout(Iterable[Any]):
                 self._publish = self._publisher(tally.counts)
         publish = self._publish
         try:
-            if publish is None:
-                # Not `yield from`: it would close the pipeline when an iteration is
-                # dropped, and the next one reads on from the same pipeline.
-                for item in tally:
-                    yield item
-            else:
-                for item in tally:
+            # Not `yield from`: it would close the pipeline when an iteration is dropped,
+            # and the next one reads on from the same pipeline.
+            for item in tally:
+                if publish is not None:
                     publish()
-                    yield item
+                yield item
         except Exception as error:
             self._error = error
             self._fail(error)
