@@ -81,9 +81,9 @@ def batch_len(batch: object) -> int:
         >>> batch_len([[np.zeros((8, 5)), np.ones((8, 5))], np.zeros(8)])  # [[ids, mask], y]
         8
     """
-    shape = array_shape(batch)
-    if shape is not None:  # the common batch, checked first: it is measured per batch
-        return int(shape[0]) if len(shape) else 1
+    common = array_len(batch)
+    if common is not None:
+        return common
     while isinstance(batch, Mapping):  # nested dicts collate to nested dicts
         batch = next(iter(batch.values()), None)
     if isinstance(batch, tuple | list):  # before shape: a namedtuple's field may be one
@@ -105,21 +105,33 @@ def batch_len(batch: object) -> int:
 _ARRAY_TYPES: dict[type, bool] = {}
 
 
-def array_shape(value: object) -> Any:
-    """``value.shape`` when ``value`` is a tensor or array, else None; fast per type.
+def array_len(batch: Any) -> int | None:
+    """The count of the common batches, found fast (a batch is measured per batch).
+
+    The leading dimension when ``batch`` is an array, or a plain tuple, list or dict
+    whose first field is one (where every rule of :func:`batch_len` and
+    :func:`batch_size_of` counts that array); None for anything else.
 
     Example:
         >>> import numpy as np
-        >>> array_shape(np.zeros((4, 2))), array_shape((np.zeros(3),))
-        ((4, 2), None)
+        >>> array_len(np.zeros((4, 2))), array_len({"x": np.zeros(3)}), array_len([1])
+        (4, 3, None)
     """
-    kind = type(value)
+    first = batch
+    if type(batch) is tuple or type(batch) is list:
+        first = batch[0] if batch else None
+    elif type(batch) is dict:
+        first = next(iter(batch.values()), None)
+    kind = type(first)
     array = _ARRAY_TYPES.get(kind)
     if array is None:
         array = _ARRAY_TYPES[kind] = (
             hasattr(kind, "shape") and not issubclass(kind, tuple | list | Mapping)
             and not dataclasses.is_dataclass(kind))
-    return getattr(value, "shape", None) if array else None
+    shape = getattr(first, "shape", None) if array else None
+    if shape is None:
+        return None
+    return int(shape[0]) if len(shape) else 1
 
 
 def is_dataclass_instance(value: Any) -> bool:
@@ -148,16 +160,9 @@ def batch_size_of(batch: Any) -> int:
         >>> batch_size_of((images, targets)), batch_size_of([(np.zeros(3), 0)] * 5)
         (4, 5)
     """
-    # The common batches first, measured per batch: an array, or a plain tuple, list or
-    # dict whose first field is one (the rules below then count that array too).
-    first = batch
-    if type(batch) is tuple or type(batch) is list:
-        first = batch[0] if batch else None
-    elif type(batch) is dict:
-        first = next(iter(batch.values()), None)
-    shape = array_shape(first)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else 1
+    common = array_len(batch)
+    if common is not None:
+        return common
     if is_dataclass_instance(batch):
         batch = {f.name: getattr(batch, f.name, None) for f in dataclasses.fields(batch)}
     fields = (list(batch.values()) if isinstance(batch, Mapping)

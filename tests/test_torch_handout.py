@@ -79,9 +79,9 @@ def test_dropping_an_iteration_leaves_the_pipeline_open_for_the_next():
 def test_an_empty_epoch_of_a_stream_is_an_error_once_it_ends():
     ended = []
     tally = Tally(Source([1], shuffle=False))
-    next(tally)  # restored at the end: nothing left for this iteration
+    next(tally)  # read before this iteration: nothing is left for it
     iterator = iter(hand_out(tally, ended, [], check_empty=True))
-    assert list(iterator) == []  # items were handed over this epoch, before the restore
+    assert list(iterator) == []  # not empty: the epoch handed over an item before
     empty = Tally(Echo(iter([]), factor=2))
     with pytest.raises(ValueError, match="yielded no examples in the training process"):
         next(iter(hand_out(empty, ended, [], check_empty=True)))

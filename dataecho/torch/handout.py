@@ -145,15 +145,13 @@ class Handout(Iterable[Any]):
         return itertools.chain(self._examples(), iter(self._after, None))
 
     def _examples(self) -> Iterator[Any]:
-        tally = self._tally
+        tally, publish = self._tally, self._publish
         if self._renew is not None:  # asked at the first item, not when the loader begins
             renewed = self._renew(tally)
             if renewed is None:
                 return
             if renewed is not tally:
-                tally = self._tally = renewed
-                self._publish = self._publisher(tally.counts)
-        publish = self._publish
+                tally, publish = renewed, self._publisher(renewed.counts)
         try:
             # Not `yield from`: it would close the pipeline when an iteration is dropped,
             # and the next one reads on from the same pipeline.
