@@ -16,7 +16,8 @@ differs. A second table says where the training process's time goes (0 workers, 
 example, best pass): the flip alone, the plain ``Dataset``, one iterator class that reads
 and flips in a single ``__next__`` (what the DataLoader's path for iterable data sets
 costs by itself), ``Map(Source)`` (dataecho's reading and augmentation without the
-hand-out) and ``EchoDataset``. Writes benchmarks/results/adapters.json and .md.
+hand-out) and ``EchoDataset``. A third, what measuring one batch costs ``EchoBatches``
+(its default ``size=``). Writes benchmarks/results/adapters.json and .md.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 import platform
 import statistics
 import time
+import timeit
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from dataecho import Map, Source, __version__
 from dataecho.experiments.text import md_table
+from dataecho.sizes import batch_size_of
 from dataecho.torch import EchoBatches, EchoDataset
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -154,6 +157,14 @@ def main() -> None:
     costs = {name: 1e6 / max(rate(make, count) for _ in range(args.repeats))
              for name, (make, count) in parts.items()}
     out["microseconds per example, 0 workers"] = costs
+    # EchoBatches measures every fresh batch (its default size=): µs per batch, best pass.
+    batch = torch.zeros(64, 16)
+    layouts = {"a tensor": batch, "a tuple (x, y)": (batch, torch.zeros(64)),
+               "a dict {x, y}": {"x": batch, "y": torch.zeros(64)}}
+    sizing = {name: 1e6 * min(timeit.repeat(lambda b=b: batch_size_of(b), number=10000,
+                                            repeat=args.repeats)) / 10000
+              for name, b in layouts.items()}
+    out["microseconds to measure one batch"] = sizing
     meta = {"dataecho": __version__, "torch": torch.__version__, "python":
             platform.python_version(), "examples": args.examples, "repeats": args.repeats}
     RESULTS.mkdir(exist_ok=True)
@@ -162,12 +173,15 @@ def main() -> None:
                                 rows, "lrrrr"))
     where = "\n".join(md_table(["what the DataLoader reads (0 workers)", "µs per example"],
                                 [[name, f"{us:.2f}"] for name, us in costs.items()], "lr"))
+    sized = "\n".join(md_table(["batch", "µs"], [[name, f"{us:.2f}"]
+                                                for name, us in sizing.items()], "lr"))
     text = (f"# The adapters' own cost\n\n`python benchmarks/adapters.py --examples "
             f"{args.examples} --repeats {args.repeats}` (torch {torch.__version__}, "
             f"Python {platform.python_version()}); rates per second, median over "
             f"{args.repeats} back-to-back pairs; the target is a ratio of at least 0.9x.\n\n"
             f"{table}\n\nWhere the time goes, best of {args.repeats} passes each:\n\n"
-            f"{where}\n")
+            f"{where}\n\nMeasuring one batch (`EchoBatches`' default `size=`), best of "
+            f"{args.repeats}:\n\n{sized}\n")
     (RESULTS / "adapters.md").write_text(text)
     print(text)
 
