@@ -31,7 +31,7 @@ class _Reader(Stage[T]):
         self._closed = False
         self._opened = False  # an iterator was taken: a one-shot iterable is spent
         self.items_read = 0
-        self._dead: Exception | None = None  # the error that ended a generator upstream
+        self._dead: BaseException | None = None  # the error that ended a generator upstream
         self.ended = False  # the iterator said StopIteration: this pass is read through
 
     def __next__(self) -> T:
@@ -51,9 +51,10 @@ class _Reader(Stage[T]):
         except StopIteration:
             self.ended = True
             raise
-        except Exception as error:
-            # A generator that raised is finished: its next call would end the epoch as
-            # if the data were exhausted, silently dropping the rest.
+        except BaseException as error:
+            # A generator that raised is finished (KeyboardInterrupt and SystemExit
+            # too): its next call would end the epoch as if the data were exhausted,
+            # silently dropping the rest.
             if isinstance(self._it, GeneratorType):
                 self._dead, self._it = error, None
             raise

@@ -195,6 +195,24 @@ def test_non_callable_augment_is_rejected_under_its_name():
         check_augment("flip")
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupted_generator_is_not_read_as_the_end_of_the_data(interrupt):
+    # Fails on 8beab11: Ctrl-C inside a read, then the same loop again, ended the stream
+    # silently after the items read so far.
+    def reads():
+        yield 1
+        raise interrupt()
+        yield 2  # never reached
+
+    stage = Echo(reads(), 2)
+    assert [next(stage), next(stage)] == [1, 1]
+    with pytest.raises(interrupt):
+        next(stage)
+    with pytest.raises(RuntimeError, match=rf"raised {interrupt.__name__}.* a generator cannot "
+                                           "go on"):
+        next(stage)
+
+
 def test_a_generator_that_raised_is_not_read_as_the_end_of_the_data():
     # Fails on the code before this test: the next call ended the stream silently.
     def reads():

@@ -71,9 +71,11 @@ class EchoDataset(IterableDataset[Any]):
     Read errors: an error while reading reaches the training loop with its type (from
     a worker, as the DataLoader re-raises it), and the iteration stops there: every
     later batch of it raises a ``RuntimeError`` naming the error, never a shorter
-    epoch, since the DataLoader dropped the examples of the batch it was filling. To
-    go on, restore the checkpoint taken before the error, or start a new iteration
-    (it reads the epoch again). A state is not taken after such an error.
+    epoch, since the DataLoader dropped the examples of the batch it was filling. An
+    interrupt inside a read (``KeyboardInterrupt`` in a notebook) stops it the same
+    way. To read the rest of the epoch, restore the checkpoint taken before the error,
+    or call :meth:`set_epoch` with the same epoch and iterate again (it reads the whole
+    epoch again). A state is not taken after such an error.
 
     Adaptive echoing (``factor=dataecho.Auto(...)``) is decided in each worker: a thread
     reads the worker's part of the stream ahead, and the worker echoes a recent example
@@ -150,7 +152,7 @@ class EchoDataset(IterableDataset[Any]):
         self._loop = Epochs(self._build, self._epochs, mark_end=True)
         self._counts = SharedCounts()  # what the workers counted, for stats()
         self._load: int | None = None  # a checkpoint loaded here: one iteration resumes it
-        self._failed: Exception | None = None  # a read error of the live iteration
+        self._failed: BaseException | None = None  # a read error of the live iteration
         self._read_as = (self.rank, self.world_size)  # as the live iteration reads
         self._idle = False  # a worker of a process that accelerate's dispatcher skips
         #: How a loader accelerate prepared splits this data set ("dispatched",
@@ -271,19 +273,19 @@ class EchoDataset(IterableDataset[Any]):
                 "which saves and restores every worker") from error
         if loop.ended:  # restored after this epoch's end: nothing is left
             return iter(())
-        return self._hand_out(cast(Tally, stage), check_empty)
+        return self._hand_out(cast(Tally, stage), check_empty, loop.epoch)
 
     def _finish(self, tally: Tally) -> None:
         if self._loop.stage is tally:  # not replaced by set_epoch or a restore meanwhile
             self._loop.end()
 
-    def _fail(self, error: Exception) -> None:
+    def _fail(self, error: BaseException) -> None:
         self._failed = error
 
-    def _hand_out(self, tally: Tally, check_empty: bool) -> Iterator[Any]:
+    def _hand_out(self, tally: Tally, check_empty: bool, epoch: int) -> Iterator[Any]:
         renew = self._renew if get_worker_info() is None else None
         return iter(Handout(tally, self._counts.publisher, self._finish, self._fail,
-                            check_empty, renew))
+                            check_empty, renew, epoch))
 
     def _renew(self, tally: Tally) -> Tally | None:
         """The pipeline an iteration reads from its first item: ``tally`` or a new one.

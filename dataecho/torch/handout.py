@@ -113,11 +113,12 @@ class Handout(Iterable[Any]):
             that makes the counts so far visible to the training process, or returns
             None where they are read when asked (``SharedCounts.publisher``).
         end: ``end(tally)``, told once the epoch was read to its end.
-        fail: ``fail(error)``, told of a read error.
+        fail: ``fail(error)``, told of a read error (any exception, interrupts too).
         check_empty: a whole epoch without an example is an error (a stream's).
         renew: ``renew(tally)``, asked at the first item: the pipeline to read, the
             same or one built again (the iteration began before its reader knew its
             split across processes), or None to hand out nothing.
+        epoch: the epoch read, named in the error that says how to read the rest.
 
     Example:
         >>> from dataecho import Echo
@@ -130,13 +131,14 @@ class Handout(Iterable[Any]):
 
     def __init__(self, tally: Tally,
                  publisher: Callable[[Callable[[], tuple[int, int]]], Callable[[], None] | None],
-                 end: Callable[[Tally], None], fail: Callable[[Exception], None],
+                 end: Callable[[Tally], None], fail: Callable[[BaseException], None],
                  check_empty: bool,
-                 renew: Callable[[Tally], Tally | None] | None = None) -> None:
+                 renew: Callable[[Tally], Tally | None] | None = None, epoch: int = 0) -> None:
         self._tally, self._publisher, self._end, self._fail = tally, publisher, end, fail
+        self._epoch = epoch
         self._publish = publisher(tally.counts)
         self._check_empty, self._renew = check_empty, renew
-        self._error: Exception | None = None
+        self._error: BaseException | None = None
 
     def __iter__(self) -> Iterator[Any]:
         # chain() calls the generator until it is done, ended or failed, then the
@@ -159,7 +161,12 @@ class Handout(Iterable[Any]):
                 if publish is not None:
                     publish()
                 yield item
-        except Exception as error:
+        except GeneratorExit:  # the iteration was dropped: not a read error
+            raise
+        except BaseException as error:
+            # KeyboardInterrupt and SystemExit too: a read interrupted in a notebook
+            # ends this generator as any error does, and the loop run again must not
+            # see a clean end of the epoch.
             self._error = error
             self._fail(error)
             raise
@@ -175,9 +182,10 @@ class Handout(Iterable[Any]):
         raise RuntimeError(
             f"this EchoDataset iteration stopped at a read error "
             f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
-            "DataLoader dropped the examples of the batch it was filling; restore the "
-            "checkpoint taken before the error (or start a new iteration, which "
-            "reads the epoch again)") from self._error
+            "DataLoader dropped the examples of the batch it was filling; to read the "
+            f"rest of epoch {self._epoch}, restore the checkpoint taken before the error, "
+            f"or call set_epoch({self._epoch}) on the dataset and iterate again (which "
+            "reads the whole epoch again)") from self._error
 
 
 def empty_message() -> str:
