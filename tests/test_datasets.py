@@ -86,6 +86,14 @@ def test_second_fashion_mnist_load_reads_identical_arrays_from_cache(private_cac
     assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
 
 
+def test_missing_files_names_what_a_folder_lacks_in_the_loader_s_order(tmp_path: Path) -> None:
+    from dataecho.datasets.fashion_mnist import missing_files
+
+    assert missing_files(fake_root(tmp_path / "fm")) == [
+        "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]  # fmt: skip
+    assert len(missing_files(tmp_path / "none")) == 4
+
+
 def test_cache_sees_a_replaced_source_file(tmp_path: Path, private_cache: Path) -> None:
     root = fake_root(tmp_path / "fm")
     assert load_fashion_mnist("test", root)[1].tolist() == [0, 1, 2]

@@ -246,6 +246,56 @@ def test_the_demo_says_where_its_shards_are_and_how_large(tmp_path, monkeypatch)
     assert len(lines) == 1 and "examples cached in" in lines[0]
 
 
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """A copy of the real Fashion-MNIST files in a folder of the user's, with Debian's
+    folder made to look empty, so only ``--data`` can find the data; the training runs
+    are faked (as in ``no_training``)."""
+    import shutil
+
+    from dataecho.datasets import fashion_mnist
+    from dataecho.demo import command
+
+    copy = tmp_path / "my data"  # a space, as in a user's Downloads folder name
+    copy.mkdir()
+    for name in fashion_mnist.FILES:
+        shutil.copy(fashion_mnist.DEFAULT_ROOT / name, copy / name)
+    monkeypatch.setattr(fashion_mnist, "DEFAULT_ROOT", tmp_path / "not installed")
+    monkeypatch.setenv("DATAECHO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(command, "measure_t_down", lambda *args, **kwargs: 0.01)
+    monkeypatch.setattr(command, "one_run", lambda cfg, url, name, factor, device, evaluate:
+                        dataclasses.replace(run("baseline", 1.0, True, 40.0, 400), name=name,
+                                            factor=factor))
+    return copy, tmp_path / "out"
+
+
+def test_data_flag_reads_fashion_mnist_from_a_folder_of_the_user_s(elsewhere, capsys):
+    copy, out = elsewhere
+    assert main(["--smoke", "--no-adaptive", "--data", str(copy), "--out", str(out)]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["data"] == str(copy) and saved["complete"]
+    assert "2,000 examples written to" in capsys.readouterr().out
+
+
+def test_without_data_flag_missing_fashion_mnist_names_the_flag_and_exits_1(elsewhere, capsys):
+    assert main(["--smoke", "--out", str(elsewhere[1])]) == 1
+    err = capsys.readouterr().err
+    assert "Fashion-MNIST is not installed: " in err and "not installed lacks " in err
+    assert "apt-get install dataset-fashion-mnist" in err and "pass --data DIR" in err
+
+
+def test_a_data_folder_without_the_files_is_a_usage_error_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    with pytest.raises(SystemExit) as exit:
+        main(["--smoke", "--data", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(r"--data must be a folder holding the four Fashion-MNIST files, but "
+                     rf"{re.escape(str(tmp_path))} lacks train-labels-idx1-ubyte\.gz, "
+                     r"t10k-images-idx3-ubyte\.gz, t10k-labels-idx1-ubyte\.gz; pass the "
+                     r"folder", err) and "Traceback" not in err
+
+
 # The only missed run of the committed full grid: its curve peaked, then fell back.
 MISSED_CURVE = [0.5, 0.8795, 0.877, 0.872, 0.874, 0.8745, 0.8725]
 

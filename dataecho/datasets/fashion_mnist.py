@@ -31,6 +31,27 @@ _FILES = {
 _UBYTE = 0x08  # IDX type code for unsigned bytes, the only one Fashion-MNIST uses.
 
 
+FILES = tuple(name for pair in _FILES.values() for name in pair)  # the four files, train first
+
+
+def missing_files(root: str | os.PathLike[str] | None = None) -> list[str]:
+    """The names of the four Fashion-MNIST files that ``root`` lacks (none: all there).
+
+    Lets a command check a data folder before it starts work, and name its own flag in
+    the message (``dataecho demo --data DIR``) rather than this module's ``root=``.
+
+    Args:
+        root: Directory that should hold the four ``*-ubyte.gz`` files; defaults to
+            ``/usr/share/datasets/fashion-mnist``.
+
+    Example:
+        >>> missing_files("/nonexistent")[0], len(missing_files("/nonexistent"))
+        ('train-images-idx3-ubyte.gz', 4)
+    """
+    directory = Path(root) if root is not None else DEFAULT_ROOT
+    return [name for name in FILES if not (directory / name).is_file()]
+
+
 def read_idx(path: str | os.PathLike[str], ndim: int) -> np.ndarray:
     """Reads one gzip-compressed IDX file of unsigned bytes.
 

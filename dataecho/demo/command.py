@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..cli import missing
+from ..datasets import fashion_mnist
 from .calibrate import calibrate, time_step, time_step_streaming
 from .config import DemoConfig, check_config, parse_args
 from .data import DemoData, prepare
@@ -102,7 +103,14 @@ def run(cfg: DemoConfig) -> int:
           + ("accuracy.png at the end" if not missing("matplotlib") else
              "no accuracy.png, as matplotlib is not installed (pip install 'dataecho[demo]' "
              "draws it)"))
-    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size, log=print)
+    absent = fashion_mnist.missing_files(cfg.data)  # a --data DIR was checked with the flags
+    if absent:
+        raise FileNotFoundError(
+            f"Fashion-MNIST is not installed: {fashion_mnist.DEFAULT_ROOT} lacks "
+            f"{', '.join(absent)}; "
+            "install it with `apt-get install dataset-fashion-mnist` (or `make data`), or "
+            "pass --data DIR, the folder you downloaded the four files to")
+    data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size, log=print, root=cfg.data)
     with ShardServer(data.shard_dir, latency=cfg.latency) as server:
         cal = calibrate(measure_t_down(cfg, data, device), cfg.ratio, data.bytes_per_sample,
                         cfg.batch_size)

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..datasets.fashion_mnist import DEFAULT_ROOT, FILES, missing_files
 from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
 from ..pipeline import VARIANTS
 
@@ -44,6 +45,8 @@ class DemoConfig:
     device: str = "auto"  # "auto" (CUDA if available), "cpu" or "cuda"
     seed: int = 0  # seeds model init, shard order, echo draws, augmentation, shuffles
     out: str = ""  # output folder; "" means runs/demo-<timestamp>/
+    # Folder of the four Fashion-MNIST .gz files; None: Debian's, /usr/share/datasets/...
+    data: str | None = None
 
     @property
     def fixed_factor(self) -> float:
@@ -115,6 +118,9 @@ def parse_args(argv: list[str]) -> DemoConfig:
                    help="training device (default auto: CUDA if available)")
     p.add_argument("--seed", type=int, help="the one seed, >= 0 (default 0)")
     p.add_argument("--out", help="folder for the table, plot and JSON (default runs/demo-TIME)")
+    p.add_argument("--data", metavar="DIR",
+                   help=f"folder holding the four Fashion-MNIST files ({', '.join(FILES)}), "
+                        f"as downloaded (default {DEFAULT_ROOT})")
     args = vars(p.parse_args(argv))
     smoke, quick = args.pop("smoke"), args.pop("quick")
     preset = "smoke" if smoke else "quick" if quick else "default"
@@ -169,6 +175,12 @@ def check_config(cfg: DemoConfig) -> DemoConfig:
     if not 0 <= cfg.seed < 2**63:
         raise ValueError(
             f"--seed must be an int in [0, 2**63), got {cfg.seed}; pass e.g. --seed 0")
+    if cfg.data is not None and missing_files(cfg.data):
+        raise ValueError(
+            f"--data must be a folder holding the four Fashion-MNIST files, but "
+            f"{cfg.data} lacks {', '.join(missing_files(cfg.data))}; pass the folder you "
+            f"downloaded them to (the gzip files as published, names unchanged), or leave "
+            f"--data out for {DEFAULT_ROOT}")
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ValueError(
             f"--device must be auto, cpu or cuda, got {cfg.device!r}; pass --device auto")

@@ -40,11 +40,14 @@ class DemoData:
 
 
 def prepare(train_size: int | None, eval_size: int, shard_size: int,
-            log: Callable[[str], object] | None = None) -> DemoData:
+            log: Callable[[str], object] | None = None,
+            root: str | Path | None = None) -> DemoData:
     """Writes the shards (once: later calls find them in the cache) and loads the test subset.
 
     With ``log``, says where the shards are and how large, and while they are first
-    written (about 30 s and 135 MB for all 60,000 images) how far it has got.
+    written (about 30 s and 135 MB for all 60,000 images) how far it has got. ``root``
+    is the folder of the Fashion-MNIST files (default Debian's, see
+    :func:`~dataecho.datasets.load_fashion_mnist`).
 
     Raises:
         FileNotFoundError: Fashion-MNIST is not installed; the message says how to get it
@@ -55,8 +58,8 @@ def prepare(train_size: int | None, eval_size: int, shard_size: int,
         >>> data.num_samples, data.eval_images.shape
         (200, (100, 28, 28))
     """
-    images, labels = load_fashion_mnist("train")
-    test_images, test_labels = load_fashion_mnist("test")
+    images, labels = load_fashion_mnist("train", root)
+    test_images, test_labels = load_fashion_mnist("test", root)
     n = len(images) if train_size is None else min(int(train_size), len(images))
     images, labels = images[:n], labels[:n]
     folder = cache_dir() / "demo-shards" / f"fashion_mnist-{n}-{shard_size}"
