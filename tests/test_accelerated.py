@@ -124,6 +124,31 @@ def test_a_stateful_loader_restores_the_counts_of_the_uninterrupted_run(
     assert (resumed["fresh"], resumed["emitted"]) == (full["fresh"], full["emitted"])
 
 
+@pytest.mark.parametrize("case", ["dispatched/0", "sliced/2"])
+def test_an_echo_dataset_inside_a_wrapper_is_read_whole_under_accelerate(
+        accelerate_runs, case):
+    # Fails on 8beab11: a thin IterableDataset wrapper hid the EchoDataset from the
+    # prepared loader's record, so each process read its own half and accelerate split
+    # that again: 48 of 96 copies per epoch, and the counts over ranks said 96.
+    run = [r[f"wrapped/{case}"] for r in accelerate_runs]
+    assert collections.Counter(i for r in run for i in r["seen"]) == WHOLE
+    for r in run:
+        assert (r["fresh"], r["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR)
+
+
+def test_a_dataset_is_found_inside_wrappers_but_not_inside_large_data():
+    from dataecho.torch.accelerated import _holds
+    target = object()
+
+    class Wrapper:
+        def __init__(self, inner):
+            self.inner = inner
+
+    assert _holds(Wrapper(Wrapper([target])), target, 4)
+    assert not _holds(Wrapper([*range(100), target]), target, 4)
+    assert not _holds(Wrapper(Wrapper(Wrapper(Wrapper(Wrapper(target))))), target, 4)
+
+
 def test_a_dataset_not_read_by_a_prepared_loader_is_split_by_dataecho():
     assert split_of(object()) is None
 

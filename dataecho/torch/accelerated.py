@@ -18,8 +18,9 @@ without importing accelerate.
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 Split = Literal["dispatched", "sliced"]
 
@@ -28,8 +29,11 @@ def split_of(dataset: object) -> Split | None:
     """How a loader prepared by accelerate is reading ``dataset`` now, or None.
 
     Called when an iteration starts: in the training process, and in DataLoader
-    workers started by ``fork``, which carry the training process's record. A loader
-    not prepared by accelerate (or accelerate not imported) gives None.
+    workers started by ``fork``, which carry the training process's record. The data
+    set is found where the loader reads it, or inside the data sets that wrap it (an
+    ``IterableDataset`` that iterates it, a few attributes deep): wrapped, it is read
+    the same way. A loader not prepared by accelerate (or accelerate not imported)
+    gives None.
 
     Example:
         >>> split_of([1, 2, 3]) is None
@@ -40,8 +44,58 @@ def split_of(dataset: object) -> Split | None:
         return None
     for loader in reversed(state.GradientState().dataloader_references):
         read = getattr(loader, "dataset", None)
-        if read is dataset:
-            return "dispatched" if type(loader).__name__ == "DataLoaderDispatcher" else None
-        if getattr(read, "dataset", None) is dataset:
-            return "sliced" if type(read).__name__ == "IterableDatasetShard" else None
+        if not _holds(read, dataset, _DEPTH):
+            continue
+        if type(loader).__name__ == "DataLoaderDispatcher":
+            return "dispatched"
+        return "sliced" if type(read).__name__ == "IterableDatasetShard" else None
     return None
+
+
+class SeenSplit:
+    """How accelerate splits a data set, as the first copy to see it recorded it.
+
+    Shared memory, so the training process knows what its DataLoader workers saw: a
+    data set inside a wrapper is not told ``set_epoch`` by accelerate's loader, and
+    then only the workers ever look.
+
+    Example:
+        >>> seen = SeenSplit()
+        >>> seen.get(); seen.record("sliced"); seen.get()
+        'sliced'
+    """
+
+    _CODES: tuple[Split | None, ...] = (None, "dispatched", "sliced")
+
+    def __init__(self) -> None:
+        self._code = multiprocessing.get_context("spawn").RawValue("b", 0)
+
+    def record(self, split: Split) -> None:
+        """Records ``split`` for every copy of the data set."""
+        self._code.value = self._CODES.index(split)
+
+    def get(self) -> Split | None:
+        """The split recorded, or None before any copy saw one."""
+        return self._CODES[self._code.value]
+
+
+# How deep a wrapper may hold the data set: IterableDatasetShard, the user's own
+# wrappers (each one attribute), and a container of them.
+_DEPTH = 4
+_WIDE = 16  # a container with more items is data, not a wrapper's parts
+
+
+def _holds(obj: object, target: object, depth: int) -> bool:
+    """Whether ``obj`` is ``target`` or holds it within ``depth`` attributes or items."""
+    if obj is target:
+        return True
+    if depth == 0 or isinstance(obj, str | bytes | int | float | type):
+        return False
+    if isinstance(obj, list | tuple):
+        parts: Any = obj if len(obj) <= _WIDE else ()
+    elif isinstance(obj, dict):
+        parts = obj.values() if len(obj) <= _WIDE else ()
+    else:
+        fields = getattr(obj, "__dict__", None)
+        parts = fields.values() if isinstance(fields, dict) else ()
+    return any(_holds(part, target, depth - 1) for part in parts)

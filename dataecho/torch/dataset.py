@@ -19,7 +19,7 @@ from ..stage import Stage, State
 from ..stats import EchoStats
 from ..stride import Shard
 from ..variants import EXAMPLE_LEVEL, check_variant
-from .accelerated import split_of
+from .accelerated import SeenSplit, Split, split_of
 from .handout import Handout, Tally
 from .ranks import check_rank, resolve_rank, shard_of
 from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
@@ -155,9 +155,7 @@ class EchoDataset(IterableDataset[Any]):
         self._failed: BaseException | None = None  # a read error of the live iteration
         self._read_as = (self.rank, self.world_size)  # as the live iteration reads
         self._idle = False  # a worker of a process that accelerate's dispatcher skips
-        #: How a loader accelerate prepared splits this data set ("dispatched",
-        #: "sliced"), once seen: :func:`dataecho.torch.distributed.stats_over_ranks`.
-        self.accelerate_split: str | None = None
+        self._split = SeenSplit()  # how accelerate splits it, as any copy saw it
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -182,7 +180,7 @@ class EchoDataset(IterableDataset[Any]):
         split = split_of(self)
         if split is None:
             return self.rank, self.world_size
-        self.accelerate_split = split
+        self._split.record(split)
         if self.world_size not in (None, 1):
             how = ("process 0 reads the data for every process" if split == "dispatched"
                    else "every process reads the data and keeps its slice")
@@ -194,6 +192,15 @@ class EchoDataset(IterableDataset[Any]):
         if split == "dispatched" and (resolve_rank(None, None)[0] or 0) != 0:
             return None
         return 0, 1
+
+    @property
+    def accelerate_split(self) -> Split | None:
+        """How a loader accelerate prepared splits this data set, once seen, else None.
+
+        ``"dispatched"`` or ``"sliced"``, seen by this object or any DataLoader worker
+        copy of it: :func:`dataecho.torch.distributed.stats_over_ranks` reads it.
+        """
+        return self._split.get()
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose permutation the next iteration reads.

@@ -35,6 +35,16 @@ class Ids(Dataset):
         return torch.tensor([i])
 
 
+class Wrapped(torch.utils.data.IterableDataset):
+    """A thin wrapper of the user's own that iterates the EchoDataset."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        return iter(self.inner)
+
+
 class Progress:
     """Where the loop is, saved and loaded with the accelerator's state."""
 
@@ -49,11 +59,12 @@ class Progress:
 
 
 def train(split: str, workers: int, ckpt: pathlib.Path, stop: int | None = None,
-          resume: bool = False, stateful: bool = False) -> dict:
+          resume: bool = False, stateful: bool = False, wrap: bool = False) -> dict:
     accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
         dispatch_batches=split == "dispatched", use_stateful_dataloader=stateful))
     ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
-    loader = accelerator.prepare(DataLoader(ds, batch_size=BATCH, num_workers=workers))
+    read = Wrapped(ds) if wrap else ds
+    loader = accelerator.prepare(DataLoader(read, batch_size=BATCH, num_workers=workers))
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
     if resume:
@@ -93,6 +104,9 @@ def main() -> None:
             runs[f"resumed/{case}"] = train(split, workers, ckpt, resume=True)
     if phase == "first":  # a StatefulDataLoader's first epoch, on two processes
         runs["stateful"] = train("dispatched", 0, ckpt_dir / "stateful", stateful=True)
+        for split, workers in (("dispatched", 0), ("sliced", 2)):  # inside a wrapper
+            runs[f"wrapped/{split}/{workers}"] = train(split, workers, ckpt_dir / "wrapped",
+                                                       wrap=True)
     rank = torch.distributed.get_rank()
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **runs}))
 
