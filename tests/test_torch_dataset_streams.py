@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -158,6 +159,31 @@ def test_hf_stream_resumes_from_its_own_state_at_every_batch(json_files):
         return StatefulDataLoader(ds, batch_size=4, num_workers=2)
 
     _assert_resumes_at_every_batch(make)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_checkpoint_of_a_hf_stream_shuffled_with_a_buffer_warns_with_the_fix(
+        json_files, num_workers):
+    # On 8beab11 a StatefulDataLoader resume lost the 8 examples of the stream's shuffle
+    # buffer (120 of 128 copies), or failed inside datasets with workers, silently.
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    shuffled = _hf(json_files).shuffle(seed=0, buffer_size=8)
+    ds = EchoDataset(shuffled, augment=_index, factor=2, buffer_size=4, seed=2)
+    with pytest.warns(UserWarning, match=r"will not resume exactly: .*shuffle\(seed, "
+                      r"buffer_size=8\)\).*drop \.shuffle\(\) on the stream"):
+        ds.state_dict()
+    if num_workers == 0:  # warned once per copy
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ds.state_dict()
+    plain = EchoDataset(_hf(json_files), augment=_index, factor=2, buffer_size=4, seed=2)
+    loader = StatefulDataLoader(plain, batch_size=4, num_workers=num_workers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        it = iter(loader)
+        next(it)
+        loader.state_dict()
 
 
 def test_hf_stream_on_several_ranks_without_split_dataset_by_node_is_refused(json_files):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Literal, cast
@@ -22,7 +23,14 @@ from ..variants import EXAMPLE_LEVEL, check_variant
 from .accelerated import SeenSplit, Split, split_of
 from .handout import Handout, Tally
 from .ranks import check_rank, resolve_rank, shard_of
-from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
+from .reading import (
+    Indexed,
+    Streamed,
+    check_node_split,
+    inexact_resume,
+    read_of,
+    reader_for,
+)
 from .workers import EpochCounter, SharedCounts
 
 
@@ -156,6 +164,7 @@ class EchoDataset(IterableDataset[Any]):
         self._read_as = (self.rank, self.world_size)  # as the live iteration reads
         self._idle = False  # a worker of a process that accelerate's dispatcher skips
         self._split = SeenSplit()  # how accelerate splits it, as any copy saw it
+        self._inexact = inexact_resume(dataset)  # warned at the first checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver): they have no process group,
@@ -330,6 +339,10 @@ class EchoDataset(IterableDataset[Any]):
                 f"({type(self._failed).__name__}: {self._failed}): its position counts the "
                 "examples the DataLoader dropped with the batch it was filling, so a "
                 "restore would skip them; keep the checkpoint taken before the error")
+        if self._inexact is not None:
+            warnings.warn(f"EchoDataset's checkpoint will not resume exactly: "
+                          f"{self._inexact}", UserWarning, stacklevel=2)
+            self._inexact = None  # once per copy
         state = self._loop.state_dict()
         # What other copies counted is in shared memory only: in the training process,
         # every worker's; in a worker, the earlier iterations' of its worker id (new

@@ -175,6 +175,33 @@ def check_node_split(dataset: object, world_size: int | None) -> None:
             "world_size=world_size)")
 
 
+def inexact_resume(stream: object) -> str | None:
+    """Why ``stream``'s own checkpoint cannot resume it exactly, or None.
+
+    A Hugging Face stream shuffled with ``.shuffle(seed, buffer_size)`` leaves its
+    shuffle buffer out of its ``state_dict()``: a resume loses the examples that were
+    in the buffer (with DataLoader workers, some versions fail inside ``datasets``).
+
+    Example:
+        >>> inexact_resume([1, 2]) is None
+        True
+    """
+    if type(stream).__module__.split(".")[0] != "datasets":
+        return None
+    # datasets keeps its steps as a chain of examples iterables (checked on 2.x-5.x).
+    part, seen = getattr(stream, "_ex_iterable", None), 0
+    while part is not None and seen < 64:
+        if type(part).__name__ == "BufferShuffledExamplesIterable":
+            return (f"the Hugging Face stream {type(stream).__name__} was shuffled with a "
+                    f"buffer (.shuffle(seed, buffer_size={getattr(part, 'buffer_size', '?')}"
+                    ")), which its state_dict() leaves out, so a resume loses the examples "
+                    "in that buffer; drop .shuffle() on the stream and let EchoDataset's "
+                    "window shuffle (EchoDataset(..., buffer_size=...)), which a checkpoint "
+                    "restores exactly")
+        part, seen = getattr(part, "ex_iterable", None), seen + 1
+    return None
+
+
 def reader_for(stream: object, shard_index: int, num_shards: int, epoch: int, *,
                probe: bool = False) -> Any:
     """The stream rebuilt for one reader of whole shards, or None if it cannot be.
