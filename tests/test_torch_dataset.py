@@ -698,7 +698,7 @@ def test_after_a_read_error_the_advised_set_epoch_reads_every_example_of_that_ep
     data = FlakyRecords(40, fail_at={13})
     ds = EchoDataset(data, factor=2, buffer_size=8, seed=1)
     loader = DataLoader(ds, batch_size=4, num_workers=num_workers)
-    rows, errors, how = _drive_retrying(loader)
+    _, errors, how = _drive_retrying(loader)
     assert how == "stopped" and "call set_epoch(0) on the dataset" in str(errors[-1])
     data.fail.clear()  # the transient error is over (workers read copies of the data)
     ds.set_epoch(0)

@@ -76,7 +76,7 @@ class SeenSplit:
 
     def get(self) -> Split | None:
         """The split recorded, or None before any copy saw one."""
-        return self._CODES[self._code.value]
+        return self._CODES[int(self._code.value)]
 
 
 # How deep a wrapper may hold the data set: IterableDatasetShard, the user's own
