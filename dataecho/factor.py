@@ -8,6 +8,7 @@ an entry point changes meaning with another. ``"auto"`` is shorthand for ``Auto(
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -122,6 +123,21 @@ def as_factor(factor: float | Auto | Literal["auto"], name: str = "factor") -> f
             f"{name} must be a real number >= 1, dataecho.Auto(...) or 'auto', got "
             f"{factor!r}; pass e.g. {name}=2 or {name}=dataecho.Auto(max_factor=4)")
     return check_factor(factor, name)
+
+
+def most_copies(factor: float | Auto) -> int:
+    """The most copies of one item ``factor`` ever makes: ``ceil(factor)``, or Auto's cap.
+
+    Bounds the counts a checkpoint may hold (emitted at most this many times fresh).
+
+    Example:
+        >>> most_copies(2.5), most_copies(Auto(max_factor=3))
+        (3, 3)
+    """
+    if isinstance(factor, Auto):
+        return factor.cap(True) if factor.max_factor is not None else max(
+            AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR)
+    return math.ceil(factor)
 
 
 def fixed_factor(factor: object, name: str = "factor", *, adaptive: str) -> float:

@@ -340,13 +340,16 @@ class Epochs:
                 "counts": asdict(self._live())}
 
     def load_state_dict(self, state: Mapping[str, Any], owner: str = "Epochs",
-                        name: str = "state") -> None:
+                        name: str = "state", most_copies: int | None = None) -> None:
         """Makes the next :meth:`start` resume where the checkpoint was taken.
 
         Args:
             state: a dict returned by :meth:`state_dict`.
             owner: the class whose ``state_dict`` is meant, for error messages.
             name: the parameter ``state`` was passed as, for error messages.
+            most_copies: the most copies of one example the stages make
+                (:func:`dataecho.factor.most_copies`): the counts' emitted examples and
+                items are at most that many times the fresh ones; None: no bound.
 
         Raises:
             TypeError: ``state`` is not a dict.
@@ -363,8 +366,8 @@ class Epochs:
                 f"writes (it has {', '.join(map(str, state)) or 'none'}): it was saved by another "
                 "object; pass the dict saved from this one's checkpoint")
         epoch = state_int(state, "epoch", owner, rule="the epoch to resume")
-        done = _stats_of(state["done"], owner, "done")
-        counts = _stats_of(state["counts"], owner, "counts")
+        done = _stats_of(state["done"], owner, "done", most_copies)
+        counts = _stats_of(state["counts"], owner, "counts", most_copies)
         stage = state["stage"]
         if not (stage is None or stage == ENDED or isinstance(stage, Mapping)):
             raise ValueError(
@@ -411,7 +414,12 @@ class _Spent(Stage[Any]):
         return _ZERO
 
 
-def _stats_of(value: object, owner: str, key: str) -> EchoStats:
+#: The largest count a state may hold: exact as a float (a JSON writer's numbers) and
+#: far past any run, so the shared 64-bit counters that add them up cannot wrap.
+MAX_COUNT = 2**53
+
+
+def _stats_of(value: object, owner: str, key: str, most_copies: int | None) -> EchoStats:
     fields = ("fresh_examples", "emitted_examples", "fresh_items", "emitted_items", "batches")
     if not isinstance(value, Mapping) or set(value) != set(fields):
         raise ValueError(
@@ -423,5 +431,17 @@ def _stats_of(value: object, owner: str, key: str) -> EchoStats:
         if name == "batches" and v is None:
             counts[name] = None
             continue
-        counts[name] = state_int(value, name, f"{owner} ({key})")
+        counts[name] = state_int(value, name, f"{owner} ({key})", maximum=MAX_COUNT,
+                                 rule="a count, at most 2**53")
+    for unit in ("examples", "items"):
+        fresh, emitted = counts[f"fresh_{unit}"], counts[f"emitted_{unit}"]
+        most = emitted if most_copies is None else most_copies * fresh
+        if not fresh <= emitted <= most:
+            bound = ("" if most_copies is None else
+                     f" <= {most_copies} * fresh_{unit} (the most copies of one example)")
+            raise ValueError(
+                f"{owner} state {key!r} has fresh_{unit}={fresh} and emitted_{unit}="
+                f"{emitted}, but they must satisfy fresh_{unit} <= emitted_{unit}{bound}: "
+                "the counters are inconsistent, so the checkpoint is damaged; pass the "
+                "dict saved from the checkpoint")
     return EchoStats(**counts)

@@ -780,6 +780,30 @@ def test_a_tally_state_with_more_first_copies_than_items_is_refused():
         next(iter(DataLoader(again, batch_size=4)))
 
 
+@pytest.mark.parametrize(("key", "field", "value", "rule"), [
+    # Fails on 8beab11: 10**30 wrapped the shared counters (stats() said 5.08e18), and
+    # more fresh than emitted examples gave a factor of 0.
+    ("done", "emitted_examples", 10**30, r"emitted_examples=10{30}.*at most 2\*\*53"),
+    ("done", "fresh_examples", 10**6, r"fresh_examples=1000000 and emitted_examples=\d+, "
+     r"but they must satisfy fresh_examples <= emitted_examples <= 2 \* fresh_examples"),
+    ("done", "emitted_items", 10**6, r"emitted_items=1000000, but they must satisfy"),
+    ("counts", "emitted_examples", 100, r"counts'.*emitted_examples=100.*<= 2 \* "
+     r"fresh_examples"),
+])
+def test_counts_in_a_state_are_bounded_and_cross_checked_naming_the_key(
+        key, field, value, rule):
+    ds = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
+    list(DataLoader(ds, batch_size=4))
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    state = json.loads(json.dumps(ds.state_dict()))
+    state[key][field] = value
+    again = EchoDataset(Tokens(40), factor=2, buffer_size=10, seed=0)
+    with pytest.raises(ValueError, match=rule):
+        again.load_state_dict(state)
+    assert again.stats().emitted_examples == 0  # nothing of the damaged state was taken
+
+
 def test_a_stateful_dataloader_restore_keeps_the_counts_its_workers_had():
     from torchdata.stateful_dataloader import StatefulDataLoader
 

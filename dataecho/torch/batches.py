@@ -11,7 +11,7 @@ from typing import Any
 from .._checks import check_bool, check_reiterable, check_seed, check_size
 from .._rng import derive_seed
 from ..echo import total_copies
-from ..factor import Auto, as_factor
+from ..factor import Auto, as_factor, most_copies
 from ..loop import Epochs
 from ..readers import as_stage
 from ..sizes import batch_size_of
@@ -219,7 +219,7 @@ class EchoBatches:
         seeded ``generator`` draws epoch 0's order, so it resumes exactly only in the
         first epoch.
         """
-        self._loop.load_state_dict(state, "EchoBatches")
+        self._loop.load_state_dict(state, "EchoBatches", most_copies=most_copies(self.factor))
         self.set_epoch(self.epoch)  # tells the loader's sampler
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal, cast
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._checks import check_augment, check_positive_int, check_seed
-from ..factor import Auto, as_factor
+from ..factor import Auto, as_factor, most_copies
 from ..loop import Epochs
 from ..map import fn_name
 from ..pipeline import pipeline
@@ -361,7 +361,7 @@ class EchoDataset(IterableDataset[Any]):
             TypeError: ``state`` is not a dict.
             ValueError: a key is missing or a value is malformed.
         """
-        self._loop.load_state_dict(state, "EchoDataset")
+        self._loop.load_state_dict(state, "EchoDataset", most_copies=most_copies(self.factor))
         self._failed = None
         # Loaded in a worker (a StatefulDataLoader's restore), the state is that worker's
         # own; loaded here, the copies of every later iteration hold it (see __iter__).

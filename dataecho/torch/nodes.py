@@ -10,7 +10,7 @@ from torchdata.nodes import BaseNode
 from .. import _rng
 from .._checks import check_positive_int, check_seed, check_size
 from .._rng import derive_seed
-from ..factor import Auto, as_factor
+from ..factor import Auto, as_factor, most_copies
 from ..loop import Epochs
 from ..readers import NodeSource, is_node
 from ..shuffle import Shuffle
@@ -96,7 +96,8 @@ class EchoNode(BaseNode[T]):  # type: ignore[misc]  # torchdata ships no types
                 self._loop.end()
             self.source.reset(None)
         else:
-            self._loop.load_state_dict(initial_state, "EchoNode", "initial_state")
+            self._loop.load_state_dict(initial_state, "EchoNode", "initial_state",
+                                       most_copies(self.factor))
         self._started = True
         self._loop.start()  # a loaded state also resets the source node
 
