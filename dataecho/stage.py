@@ -155,8 +155,27 @@ class Stage(Iterator[T_co], ABC):
         return f"{type(self).__name__}({', '.join(p for p in (head, args) if p)})"
 
 
+class StateMismatch(ValueError):
+    """A state taken from another pipeline: another stage, version or parameters.
+
+    Attributes:
+        stage: the class name of the stage that refused the state.
+        fields: what differs: ``("stage",)``, ``("version",)`` or the configuration
+            keys whose saved and current values differ.
+    """
+
+    def __init__(self, message: str, stage: str, fields: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.stage, self.fields = stage, fields
+
+
 def check_state(stage: Stage[Any], state: object) -> None:
-    """Raises a clear error when ``state`` was not taken from a stage like ``stage``."""
+    """Raises a clear error when ``state`` was not taken from a stage like ``stage``.
+
+    Raises:
+        TypeError: ``state`` is not a dict.
+        StateMismatch: it was taken from another stage, version or parameters.
+    """
     name = type(stage).__name__
     if not isinstance(state, Mapping):
         raise TypeError(
@@ -164,28 +183,25 @@ def check_state(stage: Stage[Any], state: object) -> None:
             f"{type(state).__name__}; pass the dict saved from the checkpoint"
         )
     if state.get("stage") != name:
-        raise ValueError(
+        raise StateMismatch(
             f"state was saved from a {state.get('stage')!r} stage but is being loaded into a "
             f"{name!r} stage: the pipeline differs from the one checkpointed; rebuild it "
-            "with the same stages in the same order"
+            "with the same stages in the same order", name, ("stage",)
         )
     if state.get("version") != stage.VERSION:
-        raise ValueError(
+        raise StateMismatch(
             f"state of {name} has version {state.get('version')!r} but this dataecho "
             f"expects version {stage.VERSION}; the checkpoint was written by another "
-            "dataecho version: restart from scratch or use that version"
+            "dataecho version: restart from scratch or use that version", name, ("version",)
         )
     saved, here = state.get("config"), stage._cfg
     if saved != here:
         saved = saved if isinstance(saved, Mapping) else {}
-        diffs = [
-            f"{k} (saved {saved.get(k)!r}, here {here.get(k)!r})"
-            for k in sorted(set(here) | set(saved))
-            if saved.get(k) != here.get(k)
-        ]
-        raise ValueError(
+        keys = tuple(k for k in sorted(set(here) | set(saved)) if saved.get(k) != here.get(k))
+        diffs = [f"{k} (saved {saved.get(k)!r}, here {here.get(k)!r})" for k in keys]
+        raise StateMismatch(
             f"state of {name} was saved with other parameters: {', '.join(diffs)}; "
-            "rebuild the pipeline with the saved parameters to resume exactly"
+            "rebuild the pipeline with the saved parameters to resume exactly", name, keys
         )
 
 

@@ -564,6 +564,27 @@ def test_a_mid_epoch_state_of_one_reader_is_refused_by_another_split_naming_the_
         next(iter(DataLoader(restored, batch_size=4)))
 
 
+@pytest.mark.parametrize(("changed", "named"), [
+    # Fails on 8beab11: every one of these was blamed on workers or ranks.
+    ({"factor": 3}, r"factor \(saved 2\.0, here 3\.0\).*another factor; construct"),
+    ({"seed": 5}, r"another seed; construct the EchoDataset"),
+    ({"buffer_size": 3}, r"buffer_size \(saved 2, here 3\).*another buffer_size"),
+    ({"data": list(range(9))}, r"size \(saved 8, here 9\).*another dataset \(its length\)"),
+    ({"read": Indexed(shuffle=False)}, r"another read=Indexed\(shuffle=\.\.\.\)"),
+    ({"augment": jitter}, r"another echo, factor or augment \(the pipeline's stages differ\)"),
+])
+def test_a_resume_refusal_names_the_argument_that_differs_and_not_workers(changed, named):
+    ds = EchoDataset(list(range(8)), factor=2, buffer_size=2, seed=0)
+    it = iter(DataLoader(ds, batch_size=4))
+    next(it)
+    kw = {"factor": 2, "buffer_size": 2, "seed": 0, **changed}
+    restored = EchoDataset(kw.pop("data", list(range(8))), **kw)
+    restored.load_state_dict(json.loads(json.dumps(ds.state_dict())))
+    with pytest.raises(ValueError, match=named) as info:
+        next(iter(DataLoader(restored, batch_size=4)))
+    assert "workers or ranks" not in str(info.value)
+
+
 class FlakyRecords(Dataset):
     """Map-style: the first read of each listed index fails (a transient read error)."""
 

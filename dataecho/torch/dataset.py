@@ -16,7 +16,7 @@ from ..map import fn_name
 from ..pipeline import pipeline
 from ..readers import as_stage
 from ..source import Source
-from ..stage import Stage, State
+from ..stage import Stage, State, StateMismatch
 from ..stats import EchoStats
 from ..stride import Shard
 from ..variants import EXAMPLE_LEVEL, check_variant
@@ -282,11 +282,7 @@ class EchoDataset(IterableDataset[Any]):
         except ValueError as error:
             if not restoring:
                 raise
-            raise ValueError(
-                f"EchoDataset cannot resume this checkpoint here ({error}): it was taken "
-                "with another number of DataLoader workers or ranks; resume with the ones "
-                "it was taken with, or checkpoint with torchdata's StatefulDataLoader, "
-                "which saves and restores every worker") from error
+            raise ValueError(_refusal(error)) from error
         if loop.ended:  # restored after this epoch's end: nothing is left
             return iter(())
         return self._hand_out(cast(Tally, stage), check_empty, loop.epoch)
@@ -410,6 +406,31 @@ class EchoDataset(IterableDataset[Any]):
         if self.buffer_size is not None:
             args.append(f"buffer_size={self.buffer_size!r}")
         return f"EchoDataset({', '.join([*args, f'seed={self.seed!r}'])})"
+
+
+# What differs when a checkpoint's pipeline refuses it, in EchoDataset's words.
+_SPLIT = {"reader", "shard_index", "num_shards", "shard"}  # which part a reader reads
+_ARGUMENTS = {"factor": "factor", "max_factor": "factor", "min_fresh": "factor",
+              "buffer_size": "buffer_size", "seed": "seed", "size": "dataset (its length)",
+              "shuffle": "read=Indexed(shuffle=...)",
+              "drop_remainder": "read=Indexed(drop_remainder=...)", "fn": "augment",
+              "random": "augment", "augment": "augment", "batch_size": "factor",
+              "stage": "echo, factor or augment (the pipeline's stages differ)",
+              "version": "dataecho version"}
+
+
+def _refusal(error: ValueError) -> str:
+    """Why a checkpoint cannot resume here, naming what differs and its fix."""
+    head = f"EchoDataset cannot resume this checkpoint here ({error})"
+    if not isinstance(error, StateMismatch):
+        return f"{head}; pass the state saved from this EchoDataset's checkpoint"
+    if _SPLIT & set(error.fields):
+        return (f"{head}: it was taken with another number of DataLoader workers or ranks; "
+                "resume with the ones it was taken with, or checkpoint with torchdata's "
+                "StatefulDataLoader, which saves and restores every worker")
+    names = sorted({_ARGUMENTS.get(field, field) for field in error.fields})
+    return (f"{head}: it was taken with another {' and '.join(names)}; construct the "
+            "EchoDataset with the arguments it was taken with to resume it")
 
 
 def _length(dataset: object) -> str:
