@@ -15,7 +15,9 @@ from dataecho import cli
 from dataecho.profiler import (
     LoopTiming,
     Monitor,
+    Pass,
     Profile,
+    advised_factor,
     device_sync,
     fixed_factor,
     main,
@@ -52,7 +54,7 @@ def test_profile_measures_upstream_downstream_and_their_ratio():
 def test_profile_calls_a_real_step_on_batches():
     seen = []
     profile(range(40), step=seen.append, batches=5, warmup=1, steps=3)
-    assert len(seen) == 1 + 3 + 1 + 5  # warm-up, timed steps, loop warm-up, loop
+    assert len(seen) == 3 * (1 + 3 + 1 + 5)  # per pass: warm-up, timed, loop warm-up, loop
 
 
 def test_profile_of_a_too_short_loader_says_how_many_it_yielded_and_what_to_change():
@@ -190,10 +192,12 @@ def test_advice_states_the_e_le_r_rule_once_and_each_line_says_one_thing():
 def test_the_profile_guide_shows_the_advice_the_code_prints():
     guide = (Path(__file__).parent.parent / "docs" / "guides" / "profile.md").read_text()
     sample = guide.split("```console")[1].split("```")[0]
-    ratio = float(re.search(r"^R +([\d.]+)", sample, re.M).group(1))
+    ratio, low, high = map(float, re.search(r"^R +([\d.]+) .*\(([\d.]+)-([\d.]+)\)$",
+                                            sample, re.M).groups())
     stall = float(re.search(r"^stall +([\d.]+)%", sample, re.M).group(1)) / 100
+    passes = int(re.search(r"^passes +(\d+)", sample, re.M).group(1))
     advice = sample.split("\n\n", 1)[1].strip()
-    assert advice == recommend(ratio, stall)
+    assert advice == recommend(ratio, stall, spread=(low, high), passes=passes)
 
 
 def test_advice_caps_the_factor_and_says_why():
@@ -277,20 +281,33 @@ def test_cli_refuses_a_generator_loader_with_the_fix(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--step-ms", "-1"], "--step-ms must be a finite duration in milliseconds >= 0, got -1"),
-    (["--step-ms", "nan"], "--step-ms must be a finite duration in milliseconds >= 0"),
-    (["--step-ms", "1", "--warmup", "-1"], "warmup must be an int >= 0, got -1"),
-    (["--step-ms", "1", "--max-factor", "0"], "max_factor must be an int >= 1"),
+    (["--step-ms", "-1"], "argument --step-ms: must be a finite duration in milliseconds >= 0, "
+                          "got -1; pass the measured duration, e.g. --step-ms 25"),
+    (["--step-ms", "nan"], "argument --step-ms: must be a finite duration in milliseconds"),
+    (["--step-ms", "1", "--warmup", "-1"], "argument --warmup: must be a whole number >= 0 "
+                                           "(untimed batches), got -1; pass --warmup 0 or more"),
+    (["--step-ms", "1", "--max-factor", "0"],
+     "argument --max-factor: must be a whole number >= 1 (the largest factor to advise; 1 "
+     "rules echoing out), got 0; pass --max-factor 1 or more"),
+    (["--step-ms", "1", "--max-factor", "2.5"], "argument --max-factor: must be a whole number"),
+    (["--step-ms", "1", "--passes", "2"], "argument --passes: must be a whole number >= 3 (a "
+                                          "median and a spread need 3), got 2"),
+    (["--step-ms", "1", "--batches", "0"], "argument --batches: must be a whole number >= 1"),
 ])
-def test_cli_rejects_bad_durations_and_counts_with_a_message(args, message, capsys):
-    assert main(["--synthetic-upstream-ms", "1", "--batches", "2", *args]) == 2
-    assert message in capsys.readouterr().err
+def test_cli_refuses_bad_numbers_as_usage_errors_naming_the_flag(args, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--synthetic-upstream-ms", "1", "--batches", "2", *args])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dataecho profile") and message in err
+    assert "max_factor" not in err and "Traceback" not in err  # the flag, not the Python name
 
 
 def test_cli_rejects_a_negative_synthetic_upstream(capsys):
-    assert main(["--synthetic-upstream-ms", "-5", "--step-ms", "1"]) == 2
-    assert "--synthetic-upstream-ms must be a finite duration in milliseconds >= 0, got -5" \
-        in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--synthetic-upstream-ms", "-5", "--step-ms", "1"])
+    assert ("argument --synthetic-upstream-ms: must be a finite duration in milliseconds >= 0, "
+            "got -5") in capsys.readouterr().err
 
 
 def test_cli_reports_a_bad_module_clearly(capsys):
@@ -415,3 +432,150 @@ def test_cli_waits_for_the_device_unless_told_not_to(monkeypatch, capsys):
     args = ["--synthetic-upstream-ms", "2", "--step-ms", "1", "--json"]
     assert main(args) == 0 and main([*args, "--no-sync"]) == 0
     assert seen == ["auto", None]
+
+
+class Ticking:
+    """A re-iterable loader on a fake clock. Iteration ``i`` (two per pass: the loader
+    alone, then the plain loop) takes ``seconds[i % len(seconds)]`` a batch, except its
+    first ``ready`` batches after the first, which a DataLoader's workers would have
+    prefetched (free). Keyword attributes (``num_workers=2``) are set on it, as a
+    DataLoader has them."""
+
+    def __init__(self, clock, seconds, n=60, ready=0, **attributes):
+        self.clock, self.seconds, self.n, self.ready, self.iterations = (
+            clock, seconds, n, ready, 0)
+        self.__dict__.update(attributes)
+
+    def __iter__(self):
+        seconds = self.seconds[self.iterations % len(self.seconds)]
+        self.iterations += 1
+        for k in range(self.n):
+            if not 1 <= k <= self.ready:
+                self.clock.now += seconds
+            yield k
+
+
+def fake_step(clock, seconds=0.01):
+    def step(batch):
+        clock.now += seconds
+    return step
+
+
+def fake_profile(seconds, **attributes):
+    clock = FakeClock()
+    return profile(Ticking(clock, seconds, **attributes), fake_step(clock), batches=10,
+                   warmup=2, steps=5, sync=None, clock=clock)
+
+
+def test_passes_that_disagree_on_echoing_get_no_advice_but_the_way_to_a_decision():
+    # Per pass, the loader alone then the plain loop: 5, 40 and 20 ms a batch against a
+    # 10 ms step: R = 0.5, 4 and 2, a pass on each side of 1.
+    p = fake_profile([0.005, 0.005, 0.04, 0.04, 0.02, 0.02])
+    assert [round(x.ratio, 6) for x in p.passes] == [0.5, 4.0, 2.0]
+    assert round(p.ratio, 6) == 2.0 and p.spread("ratio") == pytest.approx((0.5, 4.0))
+    text = p.recommendation()
+    assert text.splitlines()[0] == ("Undecided: R = 2.00, but its 3 passes range from 0.50 to "
+                                    "4.00, on both sides of 1.")
+    assert "--batches 200 --passes 5" in text and "quieter machine" in text
+    assert "Fixed factor" not in text and "e = " not in text
+    assert p.factor() is None
+
+
+def test_passes_that_agree_get_advice_with_their_median_and_spread():
+    p = fake_profile([0.04])
+    assert p.spread("ratio") == pytest.approx((4.0, 4.0))
+    assert p.spread("upstream_s") == pytest.approx((0.04, 0.04))
+    assert p.spread("downstream_s") == pytest.approx((0.01, 0.01))
+    text = p.recommendation()
+    assert text.startswith("Input-bound: R = 4.00 (4.00-4.00 over 3 passes)")
+    assert "Fixed factor: e = 4." in text and p.factor() == 4.0
+    assert "passes             3" in str(p) and "(4.00-4.00)" in str(p)
+
+
+def test_the_factor_is_the_one_free_on_the_slowest_pass():
+    p = Profile.of([Pass(0.030, 0.01, 0.7), Pass(0.040, 0.01, 0.7), Pass(0.026, 0.01, 0.7)], 50)
+    assert round(p.ratio, 6) == 3.0 and p.factor() == 2.5  # 2.5 <= R on every pass
+    assert "e = 2.5 (free on the slowest pass too, R = 2.60)" in p.recommendation()
+    assert advised_factor(3.0) == 3.0  # one measurement: the factor of R itself
+
+
+def test_the_warm_up_discards_what_the_loader_s_workers_prefetched():
+    # 2 workers x prefetch_factor 3: six batches wait in the queue when the pass starts.
+    p = fake_profile([0.04], ready=6, num_workers=2, prefetch_factor=3)
+    assert p.upstream_s == pytest.approx(0.04) and p.warmup == 2 + 6
+    # Without the workers' attributes the same loader looks faster: the queue is timed.
+    assert fake_profile([0.04], ready=12).upstream_s < 0.035
+
+
+def test_a_loader_that_has_workers_is_never_told_to_add_them():
+    # The plain loop stalls 80% at R = 4, above the 75% reading overlapped would give.
+    for workers in (1, 2):
+        text = fake_profile([0.04], num_workers=workers).recommendation()
+        assert "workers" not in text.split("Fixed factor")[0], text
+        assert "reads inside the loop" not in text
+    assert "reads inside the loop" in fake_profile([0.04], num_workers=0).recommendation()
+    assert "reads inside the loop" in fake_profile([0.04]).recommendation()  # unknown
+    assert "reads inside the loop" not in recommend(4.0, 0.9, num_workers=2)
+
+
+def test_the_workers_are_found_through_a_wrapper_holding_the_loader():
+    clock = FakeClock()
+
+    class Wrapper:  # as EchoBatches and Monitor keep the DataLoader they wrap
+        loader = Ticking(clock, [0.04], num_workers=2, prefetch_factor=2)
+
+        def __iter__(self):
+            return iter(self.loader)
+
+    p = profile(Wrapper(), fake_step(clock), batches=10, warmup=2, steps=5, sync=None,
+                clock=clock)
+    assert p.num_workers == 2 and p.warmup == 2 + 4
+    assert "reads inside the loop" not in p.recommendation()
+
+
+def test_a_loader_too_short_for_its_prefetch_says_how_many_it_needs():
+    clock = FakeClock()
+    with pytest.raises(ValueError, match=r"loader must yield at least warmup \+ prefetch \+ 2 "
+                                         r"= 9 batches \(the first, 3 warm-up, 4 its workers "
+                                         r"prefetch, 1 or more timed\), but it yielded 8; pass "
+                                         r"warmup=2 or less \(--warmup 2\)"):
+        profile(Ticking(clock, [0.01], n=8, num_workers=2), fake_step(clock), warmup=3,
+                sync=None, clock=clock)
+
+
+def test_profile_needs_three_passes_for_a_median_and_a_spread():
+    with pytest.raises(ValueError, match=r"passes must be an int >= 3, got 2; pass passes=3"):
+        profile(range(10), 0.0, passes=2)
+
+
+def test_cli_json_carries_the_factor_variant_median_and_spread(monkeypatch, capsys):
+    from dataecho.profiler import cli as profiler_cli
+
+    steady = Profile.of([Pass(0.040, 0.01, 0.7), Pass(0.041, 0.01, 0.7),
+                         Pass(0.039, 0.01, 0.7)], 50, warmup=7, num_workers=2)
+    noisy = Profile.of([Pass(0.005, 0.01, 0.7), Pass(0.040, 0.01, 0.7),
+                        Pass(0.020, 0.01, 0.7)], 50)
+    args = ["--synthetic-upstream-ms", "2", "--step-ms", "1", "--json", "--max-factor", "8"]
+    seen = {}
+    for name, result in (("steady", steady), ("noisy", noisy)):
+        monkeypatch.setattr(profiler_cli, "profile", lambda *a, result=result, **k: result)
+        assert main(args) == 0
+        seen[name] = json.loads(capsys.readouterr().out)
+    out = seen["steady"]
+    assert (out["decided"], out["factor"], out["variant"]) == (True, 3.75, "before_augmentation")
+    assert out["ratio"] == pytest.approx(4.0) and out["max_factor"] == 8
+    assert out["spread"]["ratio"] == pytest.approx([3.9, 4.1])
+    assert out["spread"]["upstream_s"] == pytest.approx([0.039, 0.041])
+    assert len(out["passes"]) == 3 and out["passes"][0]["ratio"] == pytest.approx(4.0)
+    assert (out["warmup"], out["num_workers"]) == (7, 2)
+    out = seen["noisy"]
+    assert (out["decided"], out["factor"], out["variant"]) == (False, None, None)
+    assert out["spread"]["ratio"] == pytest.approx([0.5, 4.0])
+
+
+def test_cli_json_names_no_variant_when_the_advice_is_not_to_echo(capsys):
+    assert main(["--synthetic-upstream-ms", "1", "--step-ms", "3", "--batches", "3",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["decided"], out["factor"], out["variant"]) == (True, 1.0, None)
+    assert out["spread"]["ratio"][0] <= out["ratio"] <= out["spread"]["ratio"][1]

@@ -5,19 +5,20 @@ step's time. Echoing pays only when ``R > 1``, and a factor ``e`` is free only w
 ``e <= R`` (Choi et al., 2019): one upstream batch plus ``e`` steps take
 ``max(t_up, e * t_down)``.
 
-Modules: ``measure`` (:func:`profile` and its :class:`Profile`), ``advice``
-(:func:`recommend`, :func:`fixed_factor`), ``monitor`` (:class:`Monitor`, which logs the
-same numbers inside a training loop, and its :class:`LoopTiming`), ``sync``
+Modules: ``measure`` (:func:`profile`, its :class:`Profile` and each timed
+:class:`Pass`), ``advice`` (:func:`recommend`, :func:`fixed_factor`,
+:func:`advised_factor`), ``monitor`` (:class:`Monitor`, which logs the same numbers
+inside a training loop, and its :class:`LoopTiming`), ``sync``
 (:func:`device_sync`: both wait for the accelerator around a timed step, so a CUDA
 step's time is its work, not its launch) and ``cli`` (``dataecho profile``,
 :func:`main`).
 """
 
-from .advice import fixed_factor, recommend
+from .advice import advised_factor, fixed_factor, recommend
 from .cli import main
-from .measure import Profile, profile
+from .measure import Pass, Profile, profile
 from .monitor import LoopTiming, Monitor
 from .sync import device_sync
 
-__all__ = ["LoopTiming", "Monitor", "Profile", "device_sync", "fixed_factor", "main", "profile",
-           "recommend"]
+__all__ = ["LoopTiming", "Monitor", "Pass", "Profile", "advised_factor", "device_sync",
+           "fixed_factor", "main", "profile", "recommend"]

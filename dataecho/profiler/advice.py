@@ -2,6 +2,9 @@
 
 Echoing pays only when ``R > 1``, and a factor ``e`` is free only while ``e <= R``
 (Choi et al., 2019): one upstream batch plus ``e`` steps take ``max(t_up, e * t_down)``.
+Given the spread of ``R`` over several passes, the advice holds for every pass: the
+factor is the one free on the slowest, and passes that disagree on whether to echo at
+all get no advice, but the way to a decision.
 """
 
 from __future__ import annotations
@@ -29,30 +32,77 @@ def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
     max_factor = check_positive_int(max_factor, "max_factor")
     if math.isnan(ratio):
         return 1.0
+    # + 1e-9: a ratio of two sums of times (0.4 s / 0.1 s is 3.9999...) or 1.15 * 100
+    # (114.999...) lands a hair under the step it is equal to.
     if ratio >= 1.25:
-        e = math.floor(min(ratio, max_factor) * 4) / 4
-    else:  # + 1e-9: 1.15 * 100 is 114.999..., yet 1.15 <= R = 1.15
+        e = math.floor(min(ratio, max_factor) * 4 + 1e-9) / 4
+    else:
         e = math.floor(ratio * 100 + 1e-9) / 100
     return max(1.0, min(float(max_factor), e))
 
 
+def advised_factor(ratio: float, spread: tuple[float, float] | None = None,
+                   max_factor: int = DEFAULT_MAX_FACTOR) -> float | None:
+    """The factor :func:`recommend` advises (1.0: don't echo), or None where it advises none.
+
+    None where ``spread`` (the lowest and highest R over the passes) straddles the
+    boundary between echoing and not, and where ``R`` is NaN or infinite (measure
+    again). Otherwise :func:`fixed_factor` of the lowest R: the factor free on every
+    pass, not only on the median one.
+
+    Example:
+        >>> advised_factor(3.0, (2.6, 3.9)), advised_factor(1.1, (0.9, 3.8))
+        (2.5, None)
+    """
+    max_factor = check_positive_int(max_factor, "max_factor")
+    if math.isnan(ratio) or math.isinf(ratio):
+        return None
+    low, high = (ratio, ratio) if spread is None else spread
+    if _echoes(low) != _echoes(high):
+        return None
+    return fixed_factor(min(low, ratio), max_factor)
+
+
+def _echoes(ratio: float) -> bool:
+    # The boundary recommend() draws: some factor above 1 fits under R (R >= 1.01).
+    return fixed_factor(ratio, sys.maxsize) > 1
+
+
 def recommend(ratio: float, stall_fraction: float = math.nan, *,
-              max_factor: int = DEFAULT_MAX_FACTOR) -> str:
+              max_factor: int = DEFAULT_MAX_FACTOR, spread: tuple[float, float] | None = None,
+              passes: int = 0, num_workers: int | None = None) -> str:
     """Plain-text advice: input-bound or not, which variant and factor, the bound.
 
-    ``R > 1`` is input-bound; the factor is :func:`fixed_factor`. An infinite ``R``
-    (a step measured at 0 s) or a NaN one gets advice to measure again, not a factor.
+    ``R > 1`` is input-bound; the factor is :func:`fixed_factor`, of the lowest R when
+    a ``spread`` is given (see :func:`advised_factor`). Passes that disagree on echoing
+    get no advice but the way to a decision. An infinite ``R`` (a step measured at 0 s)
+    or a NaN one gets advice to measure again, not a factor. A loop that stalls longer
+    than overlapped reading would is told to overlap it first, unless ``num_workers``
+    says the loader already has workers.
+
+    Args:
+        ratio: ``R = t_upstream / t_downstream`` (the median over passes).
+        stall_fraction: the share of a plain loop's time inside ``next()``, or NaN.
+        max_factor: the largest factor to advise, an int >= 1.
+        spread: the lowest and highest R over the passes, or None (one measurement).
+        passes: how many passes ``spread`` comes from, for the text.
+        num_workers: the loader's worker processes, None where it has no such setting.
 
     Example:
         >>> print(recommend(0.5).splitlines()[0])
         Not input-bound: R = 0.50, the loader keeps up with the step.
         >>> print(recommend(1.2).splitlines()[1])  # doctest: +ELLIPSIS
         Fixed factor: e = 1.2. Echoed steps are free while e <= R: ...
+        >>> print(recommend(1.1, spread=(0.9, 3.8), passes=3).splitlines()[0])
+        Undecided: R = 1.10, but its 3 passes range from 0.90 to 3.80, on both sides of 1.
     """
     max_factor = check_positive_int(max_factor, "max_factor")
     ratio = _check_real(ratio, "ratio", "R = t_upstream / t_downstream, e.g. ratio=2.5")
     stall_fraction = _check_real(stall_fraction, "stall_fraction",
                                  "a share in [0, 1], or leave it out")
+    if spread is not None:
+        spread = (_check_real(spread[0], "spread", "(lowest R, highest R)"),
+                  _check_real(spread[1], "spread", "(lowest R, highest R)"))
     if math.isnan(ratio):
         return ("R is undefined (NaN): no valid loader and step times, so no advice.\n"
                 "Profile again with the real loader and step (or --step-ms), timing enough "
@@ -66,11 +116,14 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
                 "a factor.\n"
                 "Time the real step (--step MODULE:NAME, or --step-ms above 0) and profile "
                 "again.")
+    e = advised_factor(ratio, spread, max_factor)
+    if e is None:  # what is left to refuse: passes on both sides of the boundary
+        return _undecided(ratio, spread or (ratio, ratio), passes)
     if ratio <= 1.0:
-        return (f"Not input-bound: R = {ratio:.2f}, the loader keeps up with the step.\n"
+        return (f"Not input-bound: R = {ratio:.2f}{_over(spread, passes)}, the loader keeps "
+                "up with the step.\n"
                 "Echoing would only repeat data (no step is free unless e <= R); speed up "
                 "the step.")
-    e = fixed_factor(ratio, max_factor)
     if max_factor == 1:
         return (f"{_idle(ratio, '.0%')}.\n"
                 f"max_factor=1 rules out echoing; pass a larger one (e <= R allows up to "
@@ -79,19 +132,25 @@ def recommend(ratio: float, stall_fraction: float = math.nan, *,
         return (f"Barely input-bound{_idle(ratio, '.2%', '.4f')[11:]}.\n"
                 "Echoing could gain under 1% (the largest hundredth step e <= R is 1): "
                 "leave it off, or speed up the loader.")
-    lines = [_idle(ratio, ".0%") + (
+    low = ratio if spread is None else min(ratio, spread[0])
+    lines = [_idle(ratio, ".0%", over=_over(spread, passes)) + (
         "." if math.isnan(stall_fraction) else
         f"; a plain loop stalls {stall_fraction:.0%}.")]
-    if stall_fraction > 1 - 1 / ratio + 0.03:  # above the overlapped bound
+    # Above the overlapped bound, reading happens inside the loop; but a loader with
+    # workers already overlaps it (its stall then comes from workers short of CPU), so
+    # it is never told to add them.
+    if stall_fraction > 1 - 1 / ratio + 0.03 and not num_workers:
         lines.append("The loader reads inside the loop: overlap it first (DataLoader "
                      "workers, AdaptiveEcho's prefetch thread).")
     cap = (f" (capped at max_factor={max_factor}: ~4 repeats are nearly as good as fresh "
-           f"data, gains flatten past 4-8; try up to {fixed_factor(ratio, sys.maxsize):g} "
-           "if validation holds)") if ratio > max_factor else ""
+           f"data, gains flatten past 4-8; try up to {fixed_factor(low, sys.maxsize):g} "
+           "if validation holds)") if low > max_factor else ""
+    slowest = (f" (free on the slowest pass too, R = {low:.2f})"
+               if fixed_factor(low, max_factor) < fixed_factor(ratio, max_factor) else "")
     return "\n".join([
         *lines,
-        f"Fixed factor: e = {e:g}{cap}. Echoed steps are free while e <= R: a batch plus "
-        "e steps take max(t_up, e * t_down).",
+        f"Fixed factor: e = {e:g}{slowest}{cap}. Echoed steps are free while e <= R: a "
+        "batch plus e steps take max(t_up, e * t_down).",
         f"Speedup: at most min(R, e) = {min(ratio, e):.2f}x steps/s; less to a target, as "
         "echoed data is worth less.",
         f"Variant: dataecho.pipeline(data, augment=..., echo='before_augmentation', "
@@ -113,9 +172,29 @@ def _adaptive(max_factor: int) -> str:
             "bit-reproducible.")
 
 
-def _idle(ratio: float, share: str, r: str = ".2f") -> str:
-    return (f"Input-bound: R = {ratio:{r}}: the accelerator idles {1 - 1 / ratio:{share}} "
-            "with reading overlapped")
+def _idle(ratio: float, share: str, r: str = ".2f", over: str = "") -> str:
+    return (f"Input-bound: R = {ratio:{r}}{over}: the accelerator idles "
+            f"{1 - 1 / ratio:{share}} with reading overlapped")
+
+
+def _over(spread: tuple[float, float] | None, passes: int) -> str:
+    if spread is None:
+        return ""
+    where = f" over {passes} passes" if passes else ""
+    return f" ({spread[0]:.2f}-{spread[1]:.2f}{where})"
+
+
+def _undecided(ratio: float, spread: tuple[float, float], passes: int) -> str:
+    counted = f"its {passes} passes" if passes else "its passes"
+    return "\n".join([
+        f"Undecided: R = {ratio:.2f}, but {counted} range from {spread[0]:.2f} to "
+        f"{spread[1]:.2f}, on both sides of 1.",
+        "Some passes say the loader keeps up with the step, others that the accelerator "
+        "waits for it, so no advice: it would hang on which pass came out on top.",
+        "To get a decision: time more batches per pass and more passes (dataecho profile "
+        "--batches 200 --passes 5; profile(batches=200, passes=5)), on a quieter machine "
+        "(no other jobs on the loader's cores). The spread is what to watch shrink.",
+    ])
 
 
 def _check_real(value: object, name: str, hint: str) -> float:

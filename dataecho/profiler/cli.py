@@ -3,6 +3,8 @@
 The ``dataecho profile`` command: :func:`~dataecho.profiler.profile` from the shell, on
 a loader and a step named as ``MODULE:NAME`` or simulated by a duration. A step on an
 accelerator is timed until the device has finished it (``--no-sync`` to not wait).
+Every number a flag takes is checked as it is parsed, so a bad one is a usage error
+that names the flag (exit status 2), before anything is timed.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .._checks import check_positive_int
 from ..adaptive import DEFAULT_MAX_FACTOR
-from .measure import profile
+from .measure import MIN_PASSES, profile
 
 
 class _Synthetic:
@@ -43,32 +44,62 @@ def _load(target: str) -> Any:
     return obj
 
 
-def _check_ms(ms: float, flag: str, example: str) -> float:
-    if not (math.isfinite(ms) and ms >= 0):
-        raise ValueError(f"{flag} must be a finite duration in milliseconds >= 0, got {ms:g}; "
-                         f"pass the measured duration, e.g. {flag} {example}")
-    return ms / 1e3
+def _duration(flag: str, example: str) -> Callable[[str], float]:
+    """An argparse type: milliseconds, finite and >= 0, returned as seconds.
+
+    argparse puts ``argument FLAG:`` before the message, so it does not repeat the flag.
+    """
+    def parse(text: str) -> float:
+        try:
+            ms = float(text)
+        except ValueError:
+            ms = math.nan
+        if not (math.isfinite(ms) and ms >= 0):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite duration in milliseconds >= 0, got {text}; pass "
+                f"the measured duration, e.g. {flag} {example}")
+        return ms / 1e3
+    return parse
+
+
+def _count(flag: str, minimum: int, meaning: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number >= {minimum} ({meaning}), got {text}; pass "
+                f"{flag} {minimum} or more")
+        return value
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``dataecho profile``: measure R and the stall fraction, print advice.
+    """``dataecho profile``: measure R and the stall fraction over passes, print advice.
+
+    Returns 0, or 2 where the loader or step cannot be loaded or profiled; a bad flag
+    exits with status 2 and a usage message naming it.
 
     Example:
-        >>> main(["--synthetic-upstream-ms", "2", "--step-ms", "1", "--batches", "3",
+        >>> main(["--synthetic-upstream-ms", "1", "--step-ms", "5", "--batches", "3",
         ...       "--json"])  # doctest: +ELLIPSIS
-        {"upstream_s": ...}
+        {"upstream_s": ..., "decided": true, "factor": 1.0, "variant": null}
         0
     """
     parser = argparse.ArgumentParser(
         prog="dataecho profile", description=__doc__.splitlines()[0] if __doc__ else None)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--synthetic-upstream-ms", type=float, metavar="MS",
+    source.add_argument("--synthetic-upstream-ms", metavar="MS",
+                        type=_duration("--synthetic-upstream-ms", "40"),
                         help="a stand-in loader taking MS milliseconds per batch")
     source.add_argument("--module", metavar="MODULE:NAME",
                         help="a loader, or a function returning one (called without "
                              "arguments), e.g. mypkg.data:make_loader")
     work = parser.add_mutually_exclusive_group(required=True)
-    work.add_argument("--step-ms", type=float, metavar="MS",
+    work.add_argument("--step-ms", type=_duration("--step-ms", "25"), metavar="MS",
                       help="a stand-in training step taking MS milliseconds")
     work.add_argument("--step", metavar="MODULE:NAME",
                       help="the step, called as fn(batch); timed until the accelerator in "
@@ -77,28 +108,36 @@ def main(argv: list[str] | None = None) -> int:
                         default="auto",
                         help="time --step as it returns, without waiting for the "
                              "accelerator (a GPU step then counts only its launch)")
-    parser.add_argument("--batches", type=int, default=50, help="batches timed per pass")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed batches first")
-    parser.add_argument("--max-factor", type=int, default=DEFAULT_MAX_FACTOR,
-                        help="cap on the recommended factor")
-    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--batches", type=_count("--batches", 1, "batches timed per pass"),
+                        default=50, help="batches timed per pass (default 50)")
+    parser.add_argument("--passes", default=MIN_PASSES,
+                        type=_count("--passes", MIN_PASSES, "a median and a spread need 3"),
+                        help=f"passes timed, each with its own warm-up; the advice needs "
+                             f"them to agree (default and least {MIN_PASSES})")
+    parser.add_argument("--warmup", type=_count("--warmup", 0, "untimed batches"), default=3,
+                        help="untimed batches first in each pass, beyond what a "
+                             "DataLoader's workers prefetch (default 3)")
+    parser.add_argument("--max-factor", default=DEFAULT_MAX_FACTOR,
+                        type=_count("--max-factor", 1, "the largest factor to advise; 1 "
+                                                       "rules echoing out"),
+                        help=f"cap on the recommended factor (default {DEFAULT_MAX_FACTOR})")
+    parser.add_argument("--json", action="store_true",
+                        help="print the numbers as JSON: medians, spreads, each pass, and "
+                             "the advised factor and variant (null where it gives none)")
     args = parser.parse_args(argv)
     try:
-        loader = (_Synthetic(_check_ms(args.synthetic_upstream_ms, "--synthetic-upstream-ms",
-                                        "40")) if args.module is None
+        loader = (_Synthetic(args.synthetic_upstream_ms) if args.module is None
                   else _load(args.module))
         if callable(loader) and not isinstance(loader, Iterable):
             loader = loader()
-        step = (_check_ms(args.step_ms, "--step-ms", "25") if args.step is None
-                else _load(args.step))
-        check_positive_int(args.max_factor, "max_factor")
+        step = args.step_ms if args.step is None else _load(args.step)
         result = profile(loader, step, batches=args.batches, warmup=args.warmup,
-                         steps=min(args.batches, 20), sync=args.sync)
+                         steps=min(args.batches, 20), passes=args.passes, sync=args.sync)
     except (ImportError, AttributeError, TypeError, ValueError) as err:
         print(f"dataecho profile: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.as_dict()))
+        print(json.dumps(result.as_dict(args.max_factor)))
     else:
         print(f"{result}\n\n{result.recommendation(args.max_factor)}")
     return 0

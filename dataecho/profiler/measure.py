@@ -1,8 +1,9 @@
-"""Measuring ``R``: the loader alone, the step alone, then both in a plain loop.
+"""Measuring ``R``: the loader alone, the step alone, then both in a plain loop, per pass.
 
 ``R = t_upstream / t_downstream``: the loader's time per batch over the training
-step's time. :func:`profile` returns a :class:`Profile` of the three timings, whose
-``recommendation()`` is :func:`~dataecho.profiler.recommend`'s advice.
+step's time. :func:`profile` times at least three passes and returns a
+:class:`Profile` of their medians and spreads, whose ``recommendation()`` is
+:func:`~dataecho.profiler.recommend`'s advice, or its refusal when the passes disagree.
 """
 
 from __future__ import annotations
@@ -10,54 +11,161 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .._checks import check_positive_int, check_reiterable
 from ..adaptive import DEFAULT_MAX_FACTOR
-from .advice import recommend
+from .advice import advised_factor, recommend
 from .sync import Sync, resolve
+
+MIN_PASSES = 3  # the fewest passes that give a median and a spread
+TIMES = ("upstream_s", "downstream_s", "stall_fraction", "ratio")  # what each pass measures
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass's times: the loader alone, the step alone, both in a plain loop.
+
+    Example:
+        >>> Pass(upstream_s=0.04, downstream_s=0.01, stall_fraction=0.8).ratio
+        4.0
+    """
+
+    upstream_s: float  # seconds per batch reading the loader alone, after the warm-up
+    downstream_s: float  # seconds per step on one cached batch
+    stall_fraction: float  # share of a plain loop's time spent inside next()
+    startup_s: float = 0.0  # seconds to the pass's first batch (worker start, first read)
+
+    @property
+    def ratio(self) -> float:
+        """``R = t_upstream / t_downstream`` of this pass."""
+        return self.upstream_s / self.downstream_s if self.downstream_s > 0 else math.inf
 
 
 @dataclass(frozen=True)
 class Profile:
     """Measured times of a loader and a training step, and what they imply.
 
+    Built by :func:`profile` from its passes (:meth:`of`): the times are their medians,
+    :meth:`spread` their lowest and highest. Built by hand from single numbers, it has
+    no passes and no spread.
+
     Example:
         >>> from dataecho.profiler import fixed_factor
         >>> p = Profile(upstream_s=0.04, downstream_s=0.01, stall_fraction=0.8, batches=50)
-        >>> round(p.ratio, 2), fixed_factor(p.ratio)
-        (4.0, 4.0)
+        >>> round(p.ratio, 2), fixed_factor(p.ratio), p.spread("ratio")
+        (4.0, 4.0, (4.0, 4.0))
     """
 
-    upstream_s: float  # seconds per batch reading the loader alone, after warm-up
-    downstream_s: float  # seconds per step on one cached batch
-    stall_fraction: float  # share of a plain loop's time spent inside next()
-    batches: int  # batches timed per phase
-    startup_s: float = 0.0  # seconds to the first batch (worker start, first read)
+    upstream_s: float  # seconds per batch reading the loader alone, after warm-up (median)
+    downstream_s: float  # seconds per step on one cached batch (median)
+    stall_fraction: float  # share of a plain loop's time spent inside next() (median)
+    batches: int  # batches timed per phase of a pass
+    startup_s: float = 0.0  # seconds to the first batch (worker start, first read; median)
+    passes: tuple[Pass, ...] = ()  # each pass's times; empty for a hand-built profile
+    warmup: int = 0  # batches read untimed before each timed phase (prefetch included)
+    num_workers: int | None = None  # the loader's worker processes; None: not a DataLoader
+
+    @classmethod
+    def of(cls, passes: Sequence[Pass], batches: int, warmup: int = 0,
+           num_workers: int | None = None) -> Profile:
+        """The medians of ``passes``, which it keeps for the spreads.
+
+        Example:
+            >>> p = Profile.of([Pass(0.04, 0.01, 0.8), Pass(0.05, 0.01, 0.8),
+            ...                 Pass(0.03, 0.01, 0.7)], batches=50)
+            >>> round(p.upstream_s, 3), [round(x, 2) for x in p.spread("ratio")]
+            (0.04, [3.0, 5.0])
+        """
+        def median(name: str) -> float:
+            return _median([getattr(p, name) for p in passes])
+
+        return cls(median("upstream_s"), median("downstream_s"), median("stall_fraction"),
+                   batches, median("startup_s"), tuple(passes), warmup, num_workers)
 
     @property
     def ratio(self) -> float:
-        """``R = t_upstream / t_downstream``."""
+        """``R = t_upstream / t_downstream``: the median of the passes' R, if any."""
+        if self.passes:
+            return _median([p.ratio for p in self.passes])
         return self.upstream_s / self.downstream_s if self.downstream_s > 0 else math.inf
+
+    def spread(self, name: str) -> tuple[float, float]:
+        """The lowest and highest of ``name`` (one of ``TIMES``) over the passes.
+
+        Example:
+            >>> Profile.of([Pass(0.04, 0.01, 0.8), Pass(0.02, 0.01, 0.6),
+            ...             Pass(0.03, 0.01, 0.7)], 50).spread("upstream_s")
+            (0.02, 0.04)
+        """
+        if name not in TIMES:
+            raise ValueError(f"name must be one of {', '.join(TIMES)}, got {name!r}; pass "
+                             "e.g. spread('ratio')")
+        values = [v for v in (getattr(p, name) for p in self.passes) if not math.isnan(v)]
+        if not values:
+            value = self.ratio if name == "ratio" else float(getattr(self, name))
+            return value, value
+        return min(values), max(values)
+
+    def factor(self, max_factor: int = DEFAULT_MAX_FACTOR) -> float | None:
+        """The factor the advice names (1.0: don't echo), or None when it gives none: the
+        passes disagree on echoing, or R is undefined or infinite. See
+        :func:`~dataecho.profiler.advised_factor`."""
+        return advised_factor(self.ratio, self.spread("ratio"), max_factor)
 
     def recommendation(self, max_factor: int = DEFAULT_MAX_FACTOR) -> str:
         """Advice on whether, how and how much to echo; see :func:`recommend`."""
-        return recommend(self.ratio, self.stall_fraction, max_factor=max_factor)
+        return recommend(self.ratio, self.stall_fraction, max_factor=max_factor,
+                         spread=self.spread("ratio") if self.passes else None,
+                         passes=len(self.passes), num_workers=self.num_workers)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Every number plus R, for logs and JSON."""
-        return {**asdict(self), "ratio": self.ratio}
+    def as_dict(self, max_factor: int = DEFAULT_MAX_FACTOR) -> dict[str, Any]:
+        """Every number plus R, the spreads and the advised factor and variant, for JSON.
+
+        ``factor`` is None where the advice refuses (``decided`` False) or R is not a
+        number; ``variant`` is None where the advice is not to echo.
+        """
+        factor = self.factor(max_factor)
+        top = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "passes"}
+        return {**top, "ratio": self.ratio, "max_factor": max_factor,
+                "spread": {name: list(self.spread(name)) for name in TIMES},
+                "passes": [{**asdict(p), "ratio": p.ratio} for p in self.passes],
+                "decided": factor is not None, "factor": factor,
+                "variant": "before_augmentation" if factor is not None and factor > 1 else None}
 
     def __str__(self) -> str:
+        n = len(self.passes)
+
+        def span(name: str, scale: float = 1e3, form: str = ".2f", unit: str = " ms") -> str:
+            low, high = self.spread(name)
+            return f"{scale * low:{form}}-{scale * high:{form}}{unit}" if n else "one pass"
+
+        workers = (f", the loader's {self.num_workers} workers' prefetch included"
+                   if self.num_workers else "")
         return "\n".join([
             f"upstream    {1e3 * self.upstream_s:8.2f} ms per batch (loader alone, "
-            f"{self.batches} batches; first batch after {self.startup_s:.2f} s)",
-            f"downstream  {1e3 * self.downstream_s:8.2f} ms per step (step alone)",
-            f"R           {self.ratio:8.2f}    t_upstream / t_downstream",
-            f"stall       {self.stall_fraction:8.1%}    of a plain loop's time inside next()",
+            f"{self.batches} batches; {span('upstream_s')}; first batch after "
+            f"{self.startup_s:.2f} s)",
+            f"downstream  {1e3 * self.downstream_s:8.2f} ms per step (step alone; "
+            f"{span('downstream_s')})",
+            f"R           {self.ratio:8.2f}    t_upstream / t_downstream "
+            f"({span('ratio', 1, '.2f', '')})",
+            f"stall       {self.stall_fraction:8.1%}    of a plain loop's time inside next() "
+            f"({span('stall_fraction', 100, '.1f', '%')})",
+            f"passes      {n:8d}    medians above, lowest-highest in parentheses; "
+            f"{self.warmup} batches untimed before each{workers}",
         ])
+
+
+def _median(values: Sequence[float]) -> float:
+    """The median, NaN left out (a pass with no plain-loop step); NaN if none is left."""
+    kept = sorted(v for v in values if not math.isnan(v))
+    if not kept:
+        return math.nan
+    mid = len(kept) // 2
+    return kept[mid] if len(kept) % 2 else (kept[mid - 1] + kept[mid]) / 2
 
 
 def _check_step(step: object) -> float:
@@ -76,9 +184,17 @@ def _check_step(step: object) -> float:
 
 
 def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
-            batches: int = 50, warmup: int = 3, steps: int = 20,
-            sync: Sync = "auto") -> Profile:
-    """Times the loader alone, the step alone, then both in a plain loop.
+            batches: int = 50, warmup: int = 3, steps: int = 20, passes: int = MIN_PASSES,
+            sync: Sync = "auto", clock: Callable[[], float] = time.perf_counter) -> Profile:
+    """Times the loader alone, the step alone, then both in a plain loop; ``passes`` times.
+
+    One pass on a busy machine can land anywhere (six single passes of one 2-worker
+    DataLoader job gave R from 0.92 to 3.78), so each of ``passes`` passes repeats all
+    three timings, and the :class:`Profile` holds their medians and spreads. Each pass
+    starts the loader afresh and discards its first batches: ``warmup`` of them plus
+    what a DataLoader (or a wrapper holding one as ``.loader``) prefetches,
+    ``num_workers * prefetch_factor``, as those come from a queue filled before the
+    clock started and would make the loader look faster than it is.
 
     The step's time ends when the accelerator has finished it, not when its kernels
     are queued: ``sync`` is called before the clock starts and after the last timed
@@ -86,82 +202,132 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     its launch cost, and ``R`` comes out too high.
 
     Args:
-        loader: any re-iterable of batches (a DataLoader, a list), iterated twice (once
-            for each timed pass); a one-shot iterator or generator is refused.
+        loader: any re-iterable of batches (a DataLoader, a list), iterated twice per
+            pass (alone, then with the step); a one-shot iterator or generator is refused.
         step: the training step ``step(batch)``, or its duration in seconds.
-        batches: batches timed in each loader pass.
-        warmup: batches (and steps) run untimed first.
-        steps: step calls timed on one cached batch.
+        batches: batches timed in each loader phase of a pass.
+        warmup: batches (and steps) run untimed first, beyond the loader's prefetch.
+        steps: step calls timed on one cached batch per pass.
+        passes: passes to time, at least 3 (a median and a spread).
         sync: waits for the accelerator: ``"auto"`` (default) uses the device in use
             (``torch.cuda.synchronize`` once CUDA is initialised, MPS's or XLA's; see
             :func:`~dataecho.profiler.sync.device_sync`), a callable is called as is,
             ``None`` never waits (a CPU step).
+        clock: seconds counter; default ``time.perf_counter`` (tests pass a fake one).
 
     Example:
         >>> p = profile(range(100), step=0.001, batches=5, warmup=1, steps=5)
-        >>> p.ratio < 1, p.batches
-        (True, 5)
+        >>> p.ratio < 1, p.batches, len(p.passes)
+        (True, 5, 3)
     """
-    check_reiterable(loader, "loader", "profile iterates it twice: alone, then with the step",
-                     "second pass would time another part of the stream or none")
+    check_reiterable(loader, "loader", "profile iterates it twice per pass: alone, then "
+                     "with the step", "second pass would time another part of the stream "
+                     "or none")
     batches = check_positive_int(batches, "batches")
     warmup = check_positive_int(warmup, "warmup", minimum=0)
     steps = check_positive_int(steps, "steps")
+    passes = check_positive_int(passes, "passes", minimum=MIN_PASSES)
     wait = resolve(sync)
     run = step if callable(step) else _sleep(_check_step(step))
-    it = iter(loader)
-    start = time.perf_counter()
-    try:
-        batch = next(it)
-    except StopIteration:
-        raise _too_short(0, warmup) from None
-    startup = time.perf_counter() - start
-    read = 1
-    for item in _take(it, warmup):
-        batch, read = item, read + 1
-    start, n = time.perf_counter(), 0
-    for item in _take(it, batches):
-        batch, n = item, n + 1
-    if n == 0:
-        raise _too_short(read, warmup)
-    upstream = (time.perf_counter() - start) / n
+    workers, ahead = _prefetch(loader)
+    timed = [_pass(loader, run, wait, clock, batches, warmup, ahead, steps)
+             for _ in range(passes)]
+    return Profile.of([p for p, _ in timed], min(n for _, n in timed), warmup + ahead,
+                      workers)
+
+
+def _pass(loader: Iterable[Any], run: Callable[[Any], object], wait: Callable[[], object],
+          clock: Callable[[], float], batches: int, warmup: int, ahead: int,
+          steps: int) -> tuple[Pass, int]:
+    """One pass; returns it and the batches it timed."""
+    batch, upstream, startup, n = _read(loader, clock, batches, warmup, ahead)
     for _ in range(warmup):
         run(batch)
     wait()  # the warm-up's queued work is not the timed steps'
-    start = time.perf_counter()
+    start = clock()
     for _ in range(steps):
         run(batch)
     wait()  # back-to-back steps overlap launch and work, as in training; then the rest
-    downstream = (time.perf_counter() - start) / steps
-    return Profile(upstream, downstream, _stall(iter(loader), run, wait, n, warmup), n,
-                   startup)
+    downstream = (clock() - start) / steps
+    stall = _stall(iter(loader), run, wait, clock, n, warmup + ahead)
+    return Pass(upstream, downstream, stall, startup), n
 
 
-def _too_short(read: int, warmup: int) -> ValueError:
-    fix = (f"pass warmup={read - 2} or less, or a longer loader" if read >= 2 else
-           "pass a longer loader: even warmup=0 needs 2 batches")
-    return ValueError(
-        f"loader must yield at least warmup + 2 = {warmup + 2} batches (the first, {warmup} "
-        f"warm-up, 1 or more timed), but it yielded {read or 'none'}; {fix}")
+def _read(loader: Iterable[Any], clock: Callable[[], float], batches: int, warmup: int,
+          ahead: int) -> tuple[Any, float, float, int]:
+    """The loader alone: (last batch, seconds per batch, seconds to the first, count).
+
+    Its own function so the iterator is gone when it returns: a DataLoader's workers
+    then stop before the plain loop starts its own, instead of competing with them.
+    """
+    it = iter(loader)
+    start = clock()
+    try:
+        batch = next(it)
+    except StopIteration:
+        raise _too_short(0, warmup, ahead) from None
+    startup = clock() - start
+    read = 1
+    for item in _take(it, warmup + ahead):
+        batch, read = item, read + 1
+    start, n = clock(), 0
+    for item in _take(it, batches):
+        batch, n = item, n + 1
+    if n == 0:
+        raise _too_short(read, warmup, ahead)
+    return batch, (clock() - start) / n, startup, n
+
+
+def _prefetch(loader: object) -> tuple[int | None, int]:
+    """The loader's workers (None: no ``num_workers``) and the batches they hold ready.
+
+    Wrappers that keep the DataLoader as ``.loader`` (EchoBatches, Monitor) are looked
+    through. A DataLoader's workers each queue ``prefetch_factor`` batches (default 2).
+    """
+    for _ in range(4):
+        workers = getattr(loader, "num_workers", None)
+        if isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0:
+            factor = getattr(loader, "prefetch_factor", None)
+            per = factor if isinstance(factor, int) and factor > 0 else 2
+            return workers, workers * per
+        loader = getattr(loader, "loader", None)
+        if loader is None:
+            break
+    return None, 0
+
+
+def _too_short(read: int, warmup: int, ahead: int) -> ValueError:
+    need = warmup + ahead + 2
+    left = read - 2 - ahead  # the largest warmup this loader allows
+    fix = (f"pass warmup={left} or less (--warmup {left}), or a longer loader" if left >= 0
+           else "pass a longer loader: even warmup=0 needs "
+                f"{ahead + 2} batches")
+    if ahead == 0:
+        counted = f"at least warmup + 2 = {need} batches (the first, {warmup} warm-up"
+    else:
+        counted = (f"at least warmup + prefetch + 2 = {need} batches (the first, {warmup} "
+                   f"warm-up, {ahead} its workers prefetch")
+    return ValueError(f"loader must yield {counted}, 1 or more timed), but it yielded "
+                      f"{read or 'none'}; {fix}")
 
 
 def _stall(it: Iterator[Any], run: Callable[[Any], object], wait: Callable[[], object],
-           n: int, warmup: int) -> float:
+           clock: Callable[[], float], n: int, warmup: int) -> float:
     for batch in _take(it, warmup):
         run(batch)
     wait()
-    blocked, start, count = 0.0, time.perf_counter(), 0
+    blocked, start, count = 0.0, clock(), 0
     while count < n:
-        t = time.perf_counter()
+        t = clock()
         try:
             batch = next(it)
         except StopIteration:
             break
-        blocked += time.perf_counter() - t
+        blocked += clock() - t
         run(batch)
         wait()  # a plain loop waits for each step (a loss.item() does on a GPU)
         count += 1
-    wall = time.perf_counter() - start
+    wall = clock() - start
     return blocked / wall if count and wall > 0 else math.nan
 
 
