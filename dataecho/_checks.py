@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 _MAX_SEED = 2**63 - 1
+_STATE_FIX = "pass the dict saved from this one's checkpoint"  # a bad state's usual remedy
 
 
 def check_factor(factor: object, name: str = "factor") -> float:
@@ -233,7 +234,7 @@ def state_value(state: Mapping[str, Any], key: str, owner: str) -> Any:
 
 
 def state_int(state: Mapping[str, Any], key: str, owner: str, *, minimum: int = 0,
-              maximum: int | None = None, rule: str = "") -> int:
+              maximum: int | None = None, rule: str = "", fix: str = _STATE_FIX) -> int:
     """Returns ``state[key]`` after checking it is an int in ``[minimum, maximum]``.
 
     The one check every stage's ``load_state_dict`` uses for its counters, so a damaged
@@ -248,6 +249,8 @@ def state_int(state: Mapping[str, Any], key: str, owner: str, *, minimum: int = 
         minimum: the smallest valid value.
         maximum: the largest valid value, or None for no bound.
         rule: why the bounds are what they are, for the message.
+        fix: what to do instead, for the message: where the state comes from (a
+            Trainer's checkpoint, say) when it is not a dict the user passes.
 
     Example:
         >>> try:
@@ -268,11 +271,10 @@ def state_int(state: Mapping[str, Any], key: str, owner: str, *, minimum: int = 
         raise TypeError(
             f"state of {owner} has {key}={reprlib.repr(value)} of type "
             f"{type(value).__name__}, but it must be an int {bounds}{why}: the checkpoint "
-            "is damaged; pass the dict saved from this one's checkpoint")
+            f"is damaged; {fix}")
     raise ValueError(
         f"state of {owner} has {key}={number}, but it must be an int {bounds}{why}: "
-        "the checkpoint is damaged or was taken from another pipeline; pass the dict "
-        "saved from this one's checkpoint")
+        f"the checkpoint is damaged or was taken from another pipeline; {fix}")
 
 
 def state_mapping(state: Mapping[str, Any], key: str, owner: str) -> Mapping[str, Any]:

@@ -12,8 +12,11 @@ batches, and the epochs after.
 
 from __future__ import annotations
 
+import reprlib
+from collections.abc import Mapping
 from typing import Any
 
+from .._checks import state_int
 from ..factor import Auto
 from .dataset import EchoDataset
 
@@ -32,6 +35,9 @@ except ImportError as error:  # pragma: no cover - depends on the installed tran
         "in checkpoints from that version on); pip install -U transformers") from error
 
 _NAME = "ExactResume"
+_KEYS = ("epoch", "batches", "start_step")  # the attributes of its state, all required
+_FIX = ("resume from a checkpoint that a run with callbacks=[ExactResume()] wrote, with "
+        "its trainer_state.json as written")
 
 
 class ExactResume(TrainerCallback, ExportableState):
@@ -43,12 +49,20 @@ class ExactResume(TrainerCallback, ExportableState):
         Trainer(model, args, train_dataset=EchoDataset(data, factor=2),
                 callbacks=[ExactResume()]).train(resume_from_checkpoint=...)
 
-    It counts the batches trained in each epoch of the data set and saves the epoch and
-    the count in every checkpoint (``trainer_state.json``, written by process 0: every
-    process trains the same steps). On resume the first pass reads the saved epoch and
-    skips the batches trained before the checkpoint; each later pass reads the next
-    epoch. The examples trained after the resume, appended to those before, are the
-    uninterrupted run's, on one process or several, with DataLoader workers or without.
+    It counts the batches trained in each epoch of the data set and saves the epoch, the
+    count and the global step the epoch began at in every checkpoint
+    (``trainer_state.json``, written by process 0: every process trains the same steps).
+    On resume the first pass reads the saved epoch and skips the batches trained before
+    the checkpoint; each later pass reads the next epoch. The examples trained after the
+    resume, appended to those before, are the uninterrupted run's, on one process or
+    several, with DataLoader workers or without.
+
+    The saved state is checked before anything is read, as every state in dataecho is:
+    each key present and an int in its range, and the count of batches the one the
+    checkpoint's ``global_step`` implies (``gradient_accumulation_steps`` batches a step
+    since the epoch began). A count past the end of the epoch is refused once the epoch
+    has been read. An edit consistent with all of these is not caught: the state is
+    trusted as the rest of the checkpoint is.
 
     The skipped batches are read again (not trained): the resume costs the reading time
     of that part of the epoch, and ``stats()`` counts from the resume on, those batches
@@ -59,16 +73,20 @@ class ExactResume(TrainerCallback, ExportableState):
     Raises:
         ValueError: when training starts, if ``ignore_data_skip`` is False (the Trainer
             would skip batches from the start of the run on its own) or the data set
-            echoes adaptively.
+            echoes adaptively; on resume, if the checkpoint holds no state of this
+            callback (it was saved by a run without it), or a key of the state is
+            missing, out of its range, or disagrees with the checkpoint's global step;
+            at the end of the resumed epoch, if it had no batches past the count.
         TypeError: when training starts, if the train loader is not one that
-            accelerate prepared over an ``EchoDataset``.
+            accelerate prepared over an ``EchoDataset``; on resume, if the state or one
+            of its values has the wrong type.
 
     Example:
         >>> callback = ExactResume()
         >>> callback.epoch, callback.batches
         (0, 0)
         >>> callback.state()["attributes"]
-        {'epoch': 0, 'batches': 0}
+        {'epoch': 0, 'batches': 0, 'start_step': 0}
     """
 
     def __init__(self) -> None:
@@ -76,13 +94,19 @@ class ExactResume(TrainerCallback, ExportableState):
         self.epoch = 0
         #: Batches of that epoch trained so far.
         self.batches = 0
+        #: The Trainer's global step when that epoch began.
+        self.start_step = 0
         self._loader: Any = None  # the Trainer's prepared train loader
         self._first_pass = True  # no pass of this train() call has begun
         self._ended = False  # the last step took the pass's last batch
+        self._skip = 0  # batches the loader skips in this pass (a resume's first)
+        self._trained = False  # a batch of this pass was trained
 
     def state(self) -> dict[str, Any]:
-        """What the Trainer saves in each checkpoint: the epoch and the batches trained."""
-        return {"args": {}, "attributes": {"epoch": self.epoch, "batches": self.batches}}
+        """What the Trainer saves in each checkpoint: the epoch, its batches trained, and
+        the global step it began at."""
+        return {"args": {}, "attributes": {"epoch": self.epoch, "batches": self.batches,
+                                           "start_step": self.start_step}}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Checks the setup; on resume, makes the loader read on from the checkpoint."""
@@ -96,13 +120,11 @@ class ExactResume(TrainerCallback, ExportableState):
         _check_loader(loader)
         # Resumed (global_step > 0): the state is the checkpoint's, which the Trainer
         # loaded whether or not it restores callbacks from it. A new run starts at 0.
-        saved = (getattr(state, "stateful_callbacks", None) or {}).get(_NAME)
-        if isinstance(saved, list):  # several of these callbacks: the first one's
-            saved = saved[0]
-        attributes = (saved or {}).get("attributes", {}) if state.global_step > 0 else {}
-        self.epoch = int(attributes.get("epoch", 0))
-        self.batches = int(attributes.get("batches", 0))
+        self.epoch, self.batches, self.start_step = (
+            _saved(state, args.gradient_accumulation_steps) if state.global_step > 0
+            else (0, 0, 0))
         self._loader, self._first_pass, self._ended = loader, True, False
+        self._skip, self._trained = self.batches, False
         loader.__dict__["set_epoch"] = _Shifted(loader, self.epoch)
         loader.skip_batches = self.batches  # re-read, not trained (accelerate's own skip)
 
@@ -112,25 +134,99 @@ class ExactResume(TrainerCallback, ExportableState):
             self._first_pass = False
             return
         if not self._ended:  # the pass ended on a partial gradient accumulation
-            self.epoch, self.batches = self.epoch + 1, 0
+            self.epoch, self.batches, self.start_step = self.epoch + 1, 0, state.global_step
         self._ended = False
         self._loader.skip_batches = 0
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A batch trained without an optimizer step (gradient accumulation)."""
-        self.batches += 1
+        self.batches, self._trained = self.batches + 1, True
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A batch trained and the optimizer stepped; a checkpoint may follow."""
-        self.batches += 1
+        self.batches, self._trained = self.batches + 1, True
         # accelerate's loaders read one batch ahead, so they know the batch just trained
         # was their last before the Trainer asks for another; a checkpoint now must name
         # the next epoch, which a resume reads from its start.
         if getattr(self._loader, "end_of_dataloader", False):
             self.epoch, self.batches, self._ended = self.epoch + 1, 0, True
+            self.start_step = state.global_step
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Refuses a resume whose skip ran past the end of the epoch it resumed."""
+        skip, self._skip = self._skip, 0
+        # A checkpoint's count is below its epoch's batches: after the last batch the
+        # state names the next epoch. A pass with nothing left after the skip had fewer.
+        if skip and not self._trained:
+            raise ValueError(
+                f"state of {_NAME} has batches={skip} (the batches of epoch {self.epoch} "
+                f"trained before the checkpoint), but epoch {self.epoch} has no more than "
+                f"{skip} batches: the resume read the whole epoch without a batch to train. "
+                "The checkpoint was taken with another data set, batch size or number of "
+                f"processes, or edited; {_FIX}, with the data, per_device_train_batch_size "
+                "and number of processes of the run that wrote it")
 
     def __repr__(self) -> str:
-        return f"ExactResume(epoch={self.epoch}, batches={self.batches})"
+        return (f"ExactResume(epoch={self.epoch}, batches={self.batches}, "
+                f"start_step={self.start_step})")
+
+
+def _saved(state: Any, accumulation: int) -> tuple[int, int, int]:
+    """The checkpoint's epoch, batches and start step, checked against its global step.
+
+    The Trainer trains ``accumulation`` batches an optimizer step, so the steps since the
+    epoch began say how many of its batches were trained: exactly that many times the
+    steps, or up to ``accumulation - 1`` fewer where the Trainer carries a partial
+    accumulation from the previous epoch into the first step of this one (older
+    transformers count accumulation across epochs).
+    """
+    step = state.global_step
+    callbacks = getattr(state, "stateful_callbacks", None) or {}
+    saved = callbacks.get(_NAME)
+    if isinstance(saved, list):  # several of these callbacks: the first one's
+        saved = saved[0] if saved else None
+    if saved is None:
+        raise ValueError(
+            f"{_NAME} finds no state of its own in the checkpoint (trainer_state.json, at "
+            f"global step {step}, holds states of {', '.join(map(repr, callbacks)) or 'no'} "
+            f"callbacks): the run that wrote it trained without {_NAME}, so which epoch of "
+            "the data set it reached, and how far into it, is unknown. Resume it without "
+            f"{_NAME} (the Trainer's own skip, exact in the first epoch only), or start a "
+            f"new run with callbacks=[{_NAME}()]")
+    attributes = saved.get("attributes") if isinstance(saved, Mapping) else None
+    if not isinstance(attributes, Mapping):
+        raise TypeError(
+            f"trainer_state.json holds {reprlib.repr(saved)} of type {type(saved).__name__} "
+            f"as {_NAME}'s state, but it must be a dict with the dict 'attributes' that "
+            f"{_NAME}.state() writes: the checkpoint is damaged; {_FIX}")
+    for key in _KEYS:
+        if key not in attributes:
+            raise ValueError(
+                f"state of {_NAME} lacks the key {key!r} that {_NAME}.state() writes (it "
+                f"has {', '.join(map(repr, attributes)) or 'none'}): the checkpoint is "
+                f"damaged or was written by another version of dataecho; {_FIX}")
+    epoch = state_int(attributes, "epoch", _NAME, rule="an epoch of the data set", fix=_FIX)
+    start = state_int(attributes, "start_step", _NAME, maximum=step, fix=_FIX,
+                      rule=f"the global step the epoch began at, at most the checkpoint's "
+                           f"global_step {step}")
+    batches = state_int(attributes, "batches", _NAME, fix=_FIX,
+                        rule="the batches of the epoch trained")
+    if epoch == 0 and start:
+        raise ValueError(
+            f"state of {_NAME} has epoch=0 and start_step={start}, but the first epoch "
+            f"begins at global step 0: the checkpoint is damaged or edited; {_FIX}")
+    steps = step - start
+    low, high = max(0, accumulation * steps - accumulation + 1), accumulation * steps
+    if not low <= batches <= high:
+        count = f"{low} to {high}" if low < high else f"{high}"
+        raise ValueError(
+            f"state of {_NAME} has batches={batches} (of epoch {epoch}, begun at global "
+            f"step {start}), but the checkpoint's global_step {step} means {steps} "
+            f"optimizer steps in that epoch, {count} batches with "
+            f"gradient_accumulation_steps={accumulation}: the checkpoint is damaged or "
+            "edited, or was taken with another gradient_accumulation_steps; resume with "
+            f"the gradient_accumulation_steps it was taken with, or {_FIX}")
+    return epoch, batches, start
 
 
 class _Shifted:
