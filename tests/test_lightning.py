@@ -251,6 +251,27 @@ def test_lightning_loader_refuses_a_loader_it_cannot_resume_and_a_trainer_it_can
         LightningLoader(stateful_loader(data), Recorder(None))
 
 
+@pytest.mark.parametrize("inner", [None, {}])
+def test_lightning_loader_refuses_a_mid_epoch_state_without_the_loaders_state(inner):
+    # Before: the resume read the epoch again from its start, and trained its first 3
+    # batches (6 examples) a second time.
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    loader = echoing(0)(trainer)
+    state = {"epoch": 0, "batches": 3, "ended": False, "loader": inner}
+    with pytest.raises(ValueError, match=rf"state of LightningLoader has loader={inner!r} "
+                                         r"with batches=3 of epoch 0 trained.*must hold the "
+                                         r"wrapped loader's state"):
+        loader.load_state_dict(state)
+
+
+def test_lightning_loader_loads_a_state_taken_before_its_first_batch():
+    # The state before any batch holds no loader state, and needs none.
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    fresh, loader = echoing(0)(trainer), echoing(0)(trainer)
+    loader.load_state_dict(fresh.state_dict())
+    assert len(list(loader)) == STEPS_PER_EPOCH
+
+
 class ReadsTheStepBudget(Recorder):
     def configure_optimizers(self):
         assert self.trainer.estimated_stepping_batches  # reads the loader early

@@ -174,7 +174,8 @@ class LightningLoader:
 
         Raises:
             TypeError: ``state`` is not a dict, or a value has the wrong type.
-            ValueError: a key is missing or a count is negative.
+            ValueError: a key is missing, a count is negative, or a state taken mid-epoch
+                (``batches`` > 0, not ``ended``) holds no state of the wrapped loader.
         """
         if not isinstance(state, Mapping):
             raise TypeError(
@@ -190,9 +191,19 @@ class LightningLoader:
                 f"{type(loader).__name__}, but it must be the wrapped loader's state (a "
                 "dict) or None: the checkpoint is damaged; pass the dict saved from this "
                 "one's checkpoint")
-        self._loaded = {"epoch": state_int(state, "epoch", _OWNER),
-                        "batches": state_int(state, "batches", _OWNER),
-                        "ended": state_bool(state, "ended", _OWNER), "loader": loader}
+        epoch, batches = state_int(state, "epoch", _OWNER), state_int(state, "batches", _OWNER)
+        ended = state_bool(state, "ended", _OWNER)
+        # Only a state taken before an epoch's first batch may lack the loader's: without
+        # it, a mid-epoch resume would read the epoch from its start and train its first
+        # batches again.
+        if batches and not ended and not loader:
+            raise ValueError(
+                f"state of {_OWNER} has loader={reprlib.repr(loader)} with "
+                f"batches={batches} of epoch {epoch} trained and the epoch not ended, but "
+                "a mid-epoch state must hold the wrapped loader's state (a non-empty dict, "
+                "as state_dict() saves it) to resume at the next batch: the checkpoint is "
+                "damaged; pass the dict saved from this one's checkpoint")
+        self._loaded = {"epoch": epoch, "batches": batches, "ended": ended, "loader": loader}
         self._pass = None
 
     def stats(self) -> EchoStats:
