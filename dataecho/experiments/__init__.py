@@ -1,6 +1,7 @@
 """The experiment harness: the paper's protocol on real data, tuned, repeated, reported.
 
-One concept per module: ``workloads`` (data, model, augmentation, target), ``models``,
+One concept per module: ``workloads`` (data, model, augmentation, target), ``registry``
+(a workload by built-in name or by import string, and its fingerprint), ``models``,
 ``conditions`` (variant, factor, batch size, buffer), ``protocol`` (the grids per
 budget), ``search`` (quasi-random settings), ``trial`` (one training trial), ``crossing``
 (when a curve reaches the target), ``record``/``store`` (the resumable JSON-lines

@@ -3,6 +3,8 @@
 ``dataecho/cli.py`` dispatches the two subcommands here; ``python -m
 dataecho.experiments reproduce ...`` works too. Both parse their flags before they
 import torch or matplotlib, so ``--help`` needs numpy only; ``report`` needs no torch.
+``reproduce --workload MODULE:ATTR`` runs a workload of the user's (see
+:mod:`~dataecho.experiments.registry`), refusing a store begun with another version of it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from .wallclock import DEFAULT as WALLCLOCK
 
 STORE = "results.jsonl"
+BUILT_IN = ("fmnist", "lm", "all")  # --workload's names; anything else is MODULE:ATTR
 # protocol.BUDGETS, written out: protocol imports the workloads, hence torch, and the
 # flags must parse (and --help print) without it. A test pins the two equal.
 BUDGETS = ("smoke", "quick", "full")
@@ -37,8 +40,12 @@ def reproduce_main(argv: list[str] | None = None) -> int:
         description="Measure the findings of Choi et al. (2019) on real data: tuned, "
                     "repeated searches per condition, a resumable result store, and a "
                     "Markdown report with figures. Rerun the same command to resume.")
-    parser.add_argument("--workload", choices=("fmnist", "lm", "all"), default="all",
-                        help="workload (ignored by --budget smoke, which runs digits)")
+    parser.add_argument("--workload", type=_workload, default="all",
+                        metavar="{fmnist,lm,all,MODULE:ATTR}",
+                        help="a built-in workload (ignored by --budget smoke, which runs "
+                             "digits), or one of yours: MODULE:ATTR names a Workload, or a "
+                             "function called without arguments that returns one, run at "
+                             "every budget (default all)")
     parser.add_argument("--budget", choices=BUDGETS, default="quick",
                         help="smoke: <1 min on digits; quick: ~20 min, reduced grids; "
                              "full: the whole protocol (hours; resumable)")
@@ -56,7 +63,9 @@ def reproduce_main(argv: list[str] | None = None) -> int:
     # After the flags: a missing torch or matplotlib fails here, before any training
     # (the dispatcher turns it into one line naming the extra).
     from .protocol import plan
+    from .registry import claim, is_import, resolve
     from .report import write_report
+    from .store import Store
     from .sweep import run
 
     try:
@@ -65,10 +74,23 @@ def reproduce_main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     out = args.out or Path("reports") / args.budget
     store = args.store or out / STORE
-    names = ["digits"] if args.budget == "smoke" else (
-        ["fmnist", "lm"] if args.workload == "all" else [args.workload])
-    if args.budget == "smoke" and args.workload != "all":
-        print("[reproduce] --budget smoke runs the digits workload only", file=sys.stderr)
+    if is_import(args.workload):
+        names = [args.workload]
+    else:
+        names = ["digits"] if args.budget == "smoke" else (
+            ["fmnist", "lm"] if args.workload == "all" else [args.workload])
+        if args.budget == "smoke" and args.workload != "all":
+            print("[reproduce] --budget smoke runs the digits workload only", file=sys.stderr)
+    try:
+        workloads = {name: resolve(name) for name in names}
+    except (ImportError, ValueError, TypeError) as error:
+        parser.error(f"argument --workload: {error}")
+    try:  # before any training: a store begun with another workload is not resumed
+        for name, workload in workloads.items():
+            claim(Store(store), name, workload)
+    except ValueError as error:
+        print(f"dataecho reproduce: {error}", file=sys.stderr)
+        return 2
     plans = [plan(name, args.budget) for name in names]
     start = time.monotonic()
     try:
@@ -81,6 +103,16 @@ def reproduce_main(argv: list[str] | None = None) -> int:
     print(f"[reproduce] {ran} new trial(s) in {time.monotonic() - start:.0f} s; "
           f"store {store}; report {path}", file=sys.stderr)
     return 0
+
+
+def _workload(value: str) -> str:
+    """An argparse type: a built-in name or ``MODULE:ATTR`` (resolved after parsing)."""
+    module, colon, attr = value.partition(":")
+    if value in BUILT_IN or (colon and module and attr):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"must be {', '.join(BUILT_IN)} or MODULE:ATTR naming a Workload of yours (or a "
+        f"function returning one), got {value!r}; pass e.g. --workload mypkg.work:make")
 
 
 def report_main(argv: list[str] | None = None) -> int:

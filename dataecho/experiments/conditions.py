@@ -30,7 +30,7 @@ class Condition:
     """One cell of the protocol; every field is resolved (no defaults left implicit).
 
     Attributes:
-        workload: workload name.
+        workload: the workload: a built-in name or an import string (``pkg.mod:attr``).
         variant: a key of ``VARIANT_NAMES``.
         factor: echoing factor (1 for the baseline).
         batch_size: examples per training step.

@@ -15,6 +15,8 @@ sweeps, not their product:
 
 ``smoke`` runs on the digits workload in well under a minute; ``quick`` shrinks the
 grids, the search and the seed count (see ``Plan.reduced``); ``full`` is the protocol.
+A workload of your own (an import string, see :mod:`~dataecho.experiments.registry`)
+gets the same three budgets, its sweeps drawn from its own variants and batch size.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .conditions import Condition
-from .workloads import WORKLOADS
+from .registry import is_import, resolve
 
 BUDGETS = ("smoke", "quick", "full")
 LARGE_BUFFER = 50  # batches' worth of examples in the "large" post-echo shuffle window
@@ -33,7 +35,7 @@ class Plan:
     """What one budget runs on one workload.
 
     Attributes:
-        workload: registry name of the workload.
+        workload: the workload's reference: a built-in name or an import string.
         budget: ``smoke``, ``quick`` or ``full``.
         seeds: repeats of every search.
         trials: quasi-random trials per search.
@@ -71,7 +73,7 @@ def conditions(workload: str, sweeps: Sweeps) -> tuple[Condition, ...]:
         >>> [c.label() for c in conditions("digits", s)][-1]
         'batch e=4 B=32 buf=0'
     """
-    w = WORKLOADS[workload]
+    w = resolve(workload)
     b = w.batch_size
     out = [Condition.default(workload, "baseline", 1, b)]
     out += [Condition.default(workload, v, 2, b) for v in w.variants]
@@ -86,15 +88,22 @@ def conditions(workload: str, sweeps: Sweeps) -> tuple[Condition, ...]:
 
 
 def plan(workload: str, budget: str) -> Plan:
-    """The plan of ``budget`` for ``workload`` (``smoke`` always means ``digits``).
+    """The plan of ``budget`` for ``workload``.
+
+    ``smoke`` of a built-in name means ``digits``; an import string (``pkg.mod:attr``)
+    runs its own workload at every budget.
 
     Example:
         >>> p = plan("fmnist", "full")
         >>> len(p.seeds) >= 3 and p.trials >= 8
         True
+        >>> plan("dataecho.experiments.workloads:LM", "smoke").conditions[1].label()
+        'example e=2 B=32 buf=10'
     """
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    if is_import(workload):
+        return {"smoke": _smoke, "quick": _quick, "full": _full}[budget](workload)
     if budget == "smoke":
         return _smoke()
     if workload not in ("fmnist", "lm"):
@@ -104,18 +113,41 @@ def plan(workload: str, budget: str) -> Plan:
 
 
 def _default_set(workload: str) -> tuple[Condition, ...]:
-    w = WORKLOADS[workload]
+    w = resolve(workload)
     return tuple([Condition.default(workload, "baseline", 1, w.batch_size)] +
                  [Condition.default(workload, v, 2, w.batch_size) for v in w.variants])
 
 
-def _smoke() -> Plan:
-    sweeps = Sweeps((4,), ("before_augmentation",), (64,), ("before_augmentation",),
-                    (0,), ("before_augmentation",))
-    return Plan("digits", "smoke", (0,), 2, conditions("digits", sweeps),
-                no_harm=_default_set("digits")[:2],
-                reduced=("digits only", "2 trials per search", "1 seed",
+def _smoke(workload: str = "digits") -> Plan:
+    # One value per sweep, on the workload's first variant: for digits, e = 4, batch
+    # 64 and no shuffle buffer before augmentation.
+    w = resolve(workload)
+    first = (w.variants[0],)
+    sweeps = Sweeps((4,), first, (2 * w.batch_size,), first, (0,), first)
+    return Plan(workload, "smoke", (0,), 2, conditions(workload, sweeps),
+                no_harm=_default_set(workload)[:2],
+                reduced=(f"{w.name} only", "2 trials per search", "1 seed",
                          "one value per sweep"))
+
+
+def _quick(workload: str) -> Plan:
+    base = _default_set(workload)
+    return Plan(workload, "quick", (0,), 4, base, no_harm=base[:2],
+                reduced=(*_QUICK_REDUCED, "no-harm check for the baseline and the first "
+                         "variant only"))
+
+
+def _full(workload: str) -> Plan:
+    # The Fashion-MNIST sweeps, around the workload's own batch size and variants.
+    w = resolve(workload)
+    b, first = w.batch_size, w.variants[0]
+    main = tuple(dict.fromkeys(v for v in (first, "batch") if v in w.variants))
+    sweeps = Sweeps(factors=(4, 8), factor_variants=w.variants,
+                    batch_sizes=tuple(s for s in (b // 2, 4 * b, 8 * b) if 0 < s != b),
+                    batch_variants=main, buffers=(0, 1, 10, LARGE_BUFFER),
+                    buffer_variants=main)
+    return Plan(workload, "full", (0, 1, 2), 8, conditions(workload, sweeps),
+                no_harm=_default_set(workload))
 
 
 def _fmnist_full() -> Plan:

@@ -28,11 +28,11 @@ from .analysis import best_trial, prune_at
 from .conditions import Condition
 from .protocol import Plan
 from .record import Record, trial_key
+from .registry import resolve
 from .search import HParams, search_points
 from .store import Store
 from .text import hms
 from .trial import Trial, train
-from .workloads import WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,13 @@ class Unit:
 
     def trial_keys(self) -> list[str]:
         """The keys of the search trials (the no-harm key depends on their results)."""
-        workload = WORKLOADS[self.condition.workload]
+        workload = resolve(self.condition.workload)
         return [trial_key(workload, Trial(self.condition, hp, self.seed, "target", i))
                 for i, hp in enumerate(self.points())]
 
     def points(self) -> list[HParams]:
         """The search's settings, in the order they run."""
-        w = WORKLOADS[self.condition.workload]
+        w = resolve(self.condition.workload)
         return search_points(self.trials, self.seed, w.lr_range, w.one_minus_momentum_range)
 
     def cost(self, have: Mapping[str, Record] | None = None,
@@ -75,7 +75,7 @@ class Unit:
             (16.0, 16.0)
         """
         if per_trial is None:
-            w = WORKLOADS[self.condition.workload]
+            w = resolve(self.condition.workload)
             per_trial = w.trial_seconds * self.condition.factor ** 0.8
         keys = self.trial_keys()
         missing = len(keys) if have is None else sum(k not in have for k in keys)
@@ -109,7 +109,7 @@ def run_unit(unit: Unit, store_path: str, limit: int | None = None,
         limit: run at most this many new trials (for tests that interrupt a sweep).
         verbose: print a line per evaluation.
     """
-    workload = WORKLOADS[unit.condition.workload]
+    workload = resolve(unit.condition.workload)
     store = Store(store_path)
     done = store.index()
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if verbose else None
@@ -145,7 +145,7 @@ def no_harm_trial(unit: Unit, records: Sequence[Record]) -> Trial:
         value = record.get("best_metric")
         if value is None:
             return -math.inf
-        return float(value) if WORKLOADS[unit.condition.workload].higher_is_better else -value
+        return float(value) if resolve(unit.condition.workload).higher_is_better else -value
 
     best = best_trial(records) or max(records, key=quality)
     return Trial(unit.condition, HParams(**best["hparams"]), unit.seed, "budget", 0)
@@ -240,7 +240,7 @@ def _complete(unit: Unit, have: Mapping[str, Record]) -> bool:
         return False
     if not unit.no_harm:
         return True
-    workload = WORKLOADS[unit.condition.workload]
+    workload = resolve(unit.condition.workload)
     return trial_key(workload, no_harm_trial(unit, [have[k] for k in keys])) in have
 
 

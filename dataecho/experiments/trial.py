@@ -217,7 +217,8 @@ def _record(workload: Workload, trial: Trial, status: str, curve: dict[str, list
                  "steps": curve["steps"][i], "seconds": curve["seconds"][i],
                  "cpu_seconds": curve["cpu_seconds"][i], "index": i}
     return {
-        "kind": "trial", "key": trial_key(workload, trial), "workload": workload.name,
+        "kind": "trial", "key": trial_key(workload, trial),
+        "workload": trial.condition.workload,  # its name, or the import string of one of yours
         "condition": trial.condition.as_dict(), "hparams": trial.hparams.as_dict(),
         "seed": trial.seed, "mode": trial.mode, "index": trial.index, "status": status,
         "crossing": cross, "best_metric": best,
