@@ -131,21 +131,32 @@ class StatefulSource(_Reader[T]):
 
     VERSION = 2  # 2: the state says whether the pass was read through ("ended")
 
+    _loaded: State | None = None  # a state loaded and not read on from yet
+
     def _snapshot(self) -> State:
         # A stream read through may already report the start of its next pass (a
         # position reset when its iterator ends): restoring that would read the pass
-        # again, so the end is recorded here and its state is not loaded.
-        return {"upstream": self.iterable.state_dict(), "read": self.items_read,
-                "ended": self.ended}
+        # again, so the end is recorded here and its state is not loaded. Before a
+        # pass's first read, the stream may still report the end of its previous one
+        # (Hugging Face's does, until its next iter()): restoring that would read
+        # nothing, so the start is recorded as None, or the state loaded here.
+        upstream = self.iterable.state_dict() if self._opened else self._loaded
+        return {"upstream": upstream, "read": self.items_read, "ended": self.ended}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         name = type(self).__name__
         read = state_int(state, "read", name, rule="items read so far")
         ended = state_bool(state, "ended", name)
-        if not ended:
-            self.iterable.load_state_dict(state_value(state, "upstream", name))
+        upstream = state_value(state, "upstream", name)
+        if upstream is None and read:
+            raise ValueError(
+                f"state of {name} has upstream=None (the pass's start) but read={read}: "
+                "the checkpoint is damaged; pass the dict saved from the checkpoint")
+        if not ended and upstream is not None:
+            self.iterable.load_state_dict(upstream)
         self._it, self.items_read, self._closed, self._dead = None, read, ended, None
-        self.ended = ended
+        self.ended, self._opened = ended, False
+        self._loaded = None if ended or upstream is None else dict(upstream)
 
 
 class NodeSource(Stage[T]):

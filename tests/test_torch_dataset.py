@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from dataecho import Auto
 from dataecho.torch import EchoDataset, Indexed, Streamed
@@ -874,3 +874,79 @@ def test_set_epoch_of_an_iteration_begun_but_not_read_keeps_it(stateful):
     again_ds, again = make()
     (again if stateful else again_ds).load_state_dict(state)
     assert head + [b[:, 0].tolist() for b in again] == full
+
+
+# --- StatefulDataLoader resumed at the start of an epoch ---------------------------------
+
+class ResumableStream(torch.utils.data.IterableDataset):
+    """A stream that checkpoints itself as Hugging Face's does: after a pass its state
+    stays at that pass's end until the next ``iter()``, which resumes a loaded state.
+    ``split_self``: it reads only this worker's part (``Streamed(split="stream")``)."""
+
+    def __init__(self, n, split_self):
+        self.n, self.split_self, self.epoch, self.pos, self.resume = n, split_self, 0, 0, None
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info and self.split_self else (0, 1)
+        ids = [i for i in range(self.n) if i % workers == worker]
+        ids = ids[::-1] if self.epoch % 2 else ids  # each epoch its own order
+        self.pos, self.resume = self.resume or 0, None
+        while self.pos < len(ids):
+            self.pos += 1
+            yield torch.tensor([ids[self.pos - 1]])
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.resume = state["pos"]
+
+
+RESUME_READS = {"indexed": {}, "stream": {"read": Streamed(split="stream")},
+                "dataecho": {"read": Streamed(split="dataecho")}}
+
+
+@pytest.mark.parametrize(("workers", "persistent"), [(0, False), (1, False), (2, False),
+                                                     (2, True)])
+@pytest.mark.parametrize("kind", list(RESUME_READS))
+def test_a_stateful_dataloader_resumes_exactly_at_the_start_of_every_epoch(
+        kind, workers, persistent):
+    # A state taken between iter() and the first batch of the second epoch, or after
+    # each of its first batches, restored into a new loader: the rest of that epoch,
+    # then the next. Fails on 8beab11 for the streams (k = 0, and k = 1 with persistent
+    # workers): the stream's own state still named the end of the first epoch, so the
+    # resumed epoch yielded nothing.
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        data = (list(range(16)) if kind == "indexed"
+                else ResumableStream(16, split_self=kind == "stream"))
+        ds = EchoDataset(data, factor=2, buffer_size=4, seed=3, **RESUME_READS[kind])
+        return ds, StatefulDataLoader(ds, batch_size=4, num_workers=workers,
+                                      persistent_workers=persistent)
+
+    def epochs(ds, loader, first):  # the user's loop: set_epoch before each epoch
+        out = []
+        for epoch in range(first, 3):
+            ds.set_epoch(epoch)
+            out.append([r for b in loader for r in b.flatten().tolist()])
+        return out
+
+    full = epochs(*make(), 0)
+    for k in range(4):
+        ds, loader = make()
+        ds.set_epoch(0)
+        list(loader)
+        ds.set_epoch(1)
+        it = iter(loader)
+        head = [r for _ in range(k) for r in next(it).flatten().tolist()]
+        state = json.loads(json.dumps(loader.state_dict()))
+        del it
+        again, restored = make()
+        restored.load_state_dict(state)
+        rest = epochs(again, restored, 1)
+        assert [head + rest[0], rest[1]] == full[1:], (k, head)
