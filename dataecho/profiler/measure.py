@@ -140,11 +140,11 @@ class Profile:
 
         def span(name: str, scale: float = 1e3, form: str = ".2f", unit: str = " ms") -> str:
             low, high = self.spread(name)
-            return f"{scale * low:{form}}-{scale * high:{form}}{unit}" if n else "one pass"
+            return f"{scale * low:{form}}-{scale * high:{form}}{unit}" if n else "one measurement"
 
         workers = (f", the loader's {self.num_workers} workers' prefetch included"
                    if self.num_workers else "")
-        return "\n".join([
+        lines = [
             f"upstream    {1e3 * self.upstream_s:8.2f} ms per batch (loader alone, "
             f"{self.batches} batches; {span('upstream_s')}; first batch after "
             f"{self.startup_s:.2f} s)",
@@ -154,9 +154,11 @@ class Profile:
             f"({span('ratio', 1, '.2f', '')})",
             f"stall       {self.stall_fraction:8.1%}    of a plain loop's time inside next() "
             f"({span('stall_fraction', 100, '.1f', '%')})",
-            f"passes      {n:8d}    medians above, lowest-highest in parentheses; "
-            f"{self.warmup} batches untimed before each{workers}",
-        ])
+        ]
+        if n:
+            lines.append(f"passes      {n:8d}    medians above, lowest-highest in parentheses; "
+                         f"{self.warmup} batches untimed before each{workers}")
+        return "\n".join(lines)
 
 
 def _median(values: Sequence[float]) -> float:
