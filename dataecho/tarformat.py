@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import itertools
+import math
 import re
 import zlib
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,7 @@ _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _CHUNK = 1 << 20  # hashing reads 1 MiB at a time, so a large shard never sits in memory
 _BLOCK = 512  # tar's unit: a header, or a member's data padded with zeros to a multiple
 _ZERO = bytes(_BLOCK)  # two of them end the archive
+_RECORD_SIZE = 20 * _BLOCK  # what tar and tarfile pad an archive to (tar's blocking factor 20)
 # Type flags, as byte values: regular files (a NUL is pre-POSIX, "7" contiguous), the
 # members whose data tarfile does not skip (links, devices, directories, FIFOs), the
 # extension headers that describe the next member ("L", "K" GNU long name and link;
@@ -153,20 +155,25 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
     where ``tarfile`` would stop early or read garbage, this raises. A shard that ends
     before its end-of-archive marker (two zero blocks) is an error, so a shard cut at
     a member boundary is caught. No read goes past what the shard holds: a size field
-    larger than the rest of the shard is an error before anything is read.
+    larger than the rest of a seekable shard is an error before anything is read. After
+    the marker only the rest of its 10,240-byte record is read (it must be zeros), so an
+    endless tail (``/dev/zero``, a pipe kept open) ends the shard instead of a hang; a
+    gzip stream is read to its end, where gzip checks its CRC.
 
     Args:
-        fileobj: the shard, opened for binary reading and seekable.
+        fileobj: the shard, opened for binary reading: a seekable file, or a stream
+            read forward only (an HTTP body, a pipe; its ``seekable()`` says False).
         shard: its URL or path, for ``__url__`` and error messages.
-        skip: samples to pass over first. Only their tar headers are read; the data
-            of an uncompressed shard is seeked past.
+        skip: samples to pass over first. Only their tar headers are parsed; the data
+            of an uncompressed seekable shard is seeked past, a stream's read and dropped.
 
     Raises:
         ShardError: not a tar file; truncated (a member, a header, or the end-of-archive
             marker missing); a damaged member header (bad checksum, a number field that
             is neither octal nor base-256, a negative size); a malformed PAX record or a
             global PAX header that sets ``path`` or ``size``; a sparse member; a gzip
-            error; data after the end of the archive; a member of a sample appearing
+            error; data in the end-of-archive marker's record; a seekable file that
+            reads on past its size (a device); a member of a sample appearing
             twice, or a sample's members not adjacent. The message names the shard and
             the byte offset (of the decompressed stream, for a gzip shard).
 
@@ -181,13 +188,19 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
         >>> list(iter_samples(buffer, "s.tar"))
         [{'__key__': 'a', '__url__': 's.tar', 'png': b'x', 'cls': b'3'}]
     """
-    compressed = fileobj.read(2) == b"\x1f\x8b"  # gzip checks its own length and CRC
-    # The size of an uncompressed shard bounds every size field before a read or seek.
-    end = None if compressed else fileobj.seek(0, 2)
-    fileobj.seek(0)
-    stream: IO[bytes] | gzip.GzipFile = fileobj
+    seekable = fileobj.seekable()
+    head = fileobj.read(2)
+    compressed = head == b"\x1f\x8b"  # gzip checks its own length and CRC
+    # The size of an uncompressed file bounds every size field before a read or seek;
+    # a stream (an HTTP body, a pipe) is read forward only, its size unknown.
+    end = fileobj.seek(0, 2) if seekable and not compressed else None
+    stream: IO[bytes] | gzip.GzipFile | _Prefixed = fileobj
+    if seekable:
+        fileobj.seek(0)
+    else:
+        stream = _Prefixed(head, fileobj)
     if compressed:  # streamed, never seeked: gzip can only seek by decompressing
-        stream = gzip.GzipFile(fileobj=fileobj, mode="rb")
+        stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[arg-type]
     read = stream.read
     key: str | None = None
     sample: dict[str, Any] = {}
@@ -252,7 +265,7 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
         if end is not None:
             if offset + _BLOCK + size > end:
                 raise truncated(name, max(end - offset - _BLOCK, 0), size)
-            stream.seek(size + (-size & 511), 1)
+            fileobj.seek(size + (-size & 511), 1)  # end is known: an uncompressed file
             return fill(read(_BLOCK), _BLOCK)
         done = 0  # a gzip stream cannot seek: decompress and drop, a chunk at a time
         while size - done > _CHUNK:
@@ -339,19 +352,48 @@ def iter_samples(fileobj: IO[bytes], shard: str, *, skip: int = 0) -> Iterator[d
                              f"{offset + _BLOCK + len(second)}, inside its end-of-archive "
                              f"marker of two zero blocks: truncated){where()}; fetch it again "
                              "or rewrite it")
+        if end is not None and offset + 2 * _BLOCK > end:  # a device such as /dev/zero
+            raise ShardError(f"shard {shard!r} is not a valid tar file (its size is {end} "
+                             f"bytes, but it reads on past that: its end-of-archive marker at "
+                             f"byte {offset} lies outside it){where()}; pass a tar file")
         offset += 2 * _BLOCK
-        while chunk := read(_CHUNK):
+        # Only zero padding may follow, up to the end of the record (the 10,240 bytes
+        # writers pad an archive to). Nothing after that is read, as tarfile reads none
+        # of it: an endless tail (/dev/zero, a pipe kept open) ends the shard too. A gzip
+        # stream is read to its end, where gzip checks its CRC and length; its
+        # compressed size bounds that read.
+        tail = math.inf if compressed else -offset % _RECORD_SIZE
+        while tail and (chunk := read(int(min(tail, _CHUNK)))):
             if chunk != bytes(len(chunk)):
                 offset += len(chunk) - len(chunk.lstrip(b"\0"))
                 raise damaged("data after the end of the archive")
             offset += len(chunk)
-    except (EOFError, OSError, zlib.error) as error:  # gzip's: bad data, cut short
-        at = f"gzip: {error}, at byte {offset} of the decompressed tar" if compressed else (
-            f"{error}, at byte {offset}")
-        raise ShardError(f"shard {shard!r} is not a valid tar file ({at}){where()}; fetch it "
-                         "again or rewrite it") from error
+            tail -= len(chunk)
+    # gzip's errors: bad data, cut short. A read error of the file or stream itself (a
+    # disk's, a download's) is no fault of the shard's bytes and keeps its own type.
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ShardError(f"shard {shard!r} is not a valid tar file (gzip: {error}, at byte "
+                         f"{offset} of the decompressed tar){where()}; fetch it again or "
+                         "rewrite it") from error
     if key is not None and skip <= 0:
         yield sample
+
+
+class _Prefixed:
+    """A forward-only stream with its first bytes, read to sniff gzip, put back in front."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]) -> None:
+        self.head, self.stream = head, stream
+
+    def read(self, size: int = -1) -> bytes:
+        head = self.head
+        if not head:
+            return self.stream.read(size)
+        if 0 <= size <= len(head):
+            self.head = head[size:]
+            return head[:size]
+        self.head = b""
+        return head + self.stream.read(size - len(head) if size >= 0 else -1)
 
 
 def tar_number(field: bytes) -> int:

@@ -554,3 +554,49 @@ def test_mutated_shards_read_as_tarfile_reads_them_or_raise_a_shard_error(tmp_pa
         signal.signal(signal.SIGALRM, previous)
     assert not wrong, f"{len(wrong)} of {CASES} cases differ from tarfile: {wrong[:5]}"
     assert kinds["samples", "samples"] > CASES // 5 and kinds["ShardError", "error"] > 0, kinds
+
+
+class Forward(io.RawIOBase):
+    """A stream read forward only that returns at most ``most`` bytes a read, as a
+    socket or a pipe does."""
+
+    def __init__(self, data: bytes, most: int = 700) -> None:
+        self.data, self.at, self.most = data, 0, most
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        size = len(self.data) if size is None or size < 0 else size
+        piece = self.data[self.at : self.at + min(size, self.most)]
+        self.at += len(piece)
+        return piece
+
+
+@pytest.mark.parametrize("skip", [0, 1, 3])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_stream_read_forward_only_yields_what_a_file_yields(skip, gz):
+    data = write([*MEMBERS, ("big.bin", bytes(range(256)) * 9000)], tarfile.PAX_FORMAT)
+    data = gzip.compress(data) if gz else data
+    stream = Forward(data)
+    assert list(iter_samples(stream, "s.tar", skip=skip)) == read(data, skip=skip)
+    # the archive's record is read, and nothing after it
+    assert stream.at == len(data) or gz
+
+
+def test_an_endless_zero_tail_is_read_to_the_end_of_the_record_only():
+    data = write([("a.bin", b"x"), ("a.cls", b"1")], tarfile.USTAR_FORMAT)
+    stream = Forward(data + bytes(1 << 20))  # a long tail: not read
+    assert read(data) == list(iter_samples(stream, "s.tar"))
+    assert stream.at == len(data) == 10240
+    junk = data[:2048] + bytes(1024) + bytes(4000) + b"junk" + bytes(10240)
+    with pytest.raises(ShardError, match=r"at byte 7072 \(data after the end of the archive"):
+        list(iter_samples(Forward(junk), "s.tar"))
+    assert read(data + b"junk") == read(data)  # past the record: not read, as tarfile
+
+
+def test_a_gzip_shard_is_read_to_its_end_so_its_crc_is_checked():
+    packed = bytearray(gzip.compress(write([("a.bin", b"x")], tarfile.USTAR_FORMAT)))
+    packed[-8] ^= 1  # the CRC-32 of the trailer
+    with pytest.raises(ShardError, match=r"gzip: CRC check failed"):
+        read(bytes(packed))
