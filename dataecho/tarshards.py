@@ -1,17 +1,17 @@
-"""The tar shard reader: WebDataset-format shards, local or over HTTP, with exact resume."""
+"""The tar shard reader: WebDataset-format shards, local, streamed over HTTP or through fsspec."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
+import importlib
 import json
 import os
+import tempfile
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ._checks import (
     check_shard,
     state_int,
 )
-from .download import DEFAULT_DEADLINE, Downloads, check_max_bytes, fetch
+from .download import DEFAULT_DEADLINE, DEFAULT_READAHEAD, Stream, check_max_bytes
 from .stage import Stage, State
 from .tarformat import (
     Digest,
@@ -37,6 +37,8 @@ from .tarformat import (
 
 Sample = dict[str, Any]
 _INDEX_FORMAT = "dataecho-shards/1"  # what write_shards writes beside its shards
+_HTTP = ("http://", "https://")
+_FSSPEC = "pip install 'dataecho[fsspec]'"
 
 
 class TarShards(Stage[Sample]):
@@ -56,25 +58,37 @@ class TarShards(Stage[Sample]):
     The checkpoint holds (epoch, shard position, sample offset), never bytes. Restoring
     opens the current shard again and skips ``offset`` samples; earlier shards are not
     read. A local shard's skipped samples cost only their tar headers (the data is
-    seeked past); an ``http(s)://`` shard is downloaded again whole, up to one shard's
-    transfer per restore. A shard with a digest (``digests``, or by default the index
-    ``write_shards`` leaves beside local shards) is read whole to check it.
+    seeked past); a streamed shard's skipped samples are received again and dropped, up
+    to one shard's transfer per restore. A shard with a digest (``digests``, or by
+    default the index ``write_shards`` leaves beside local shards) is read whole to
+    check it before its first sample (a remote one into a temporary file that holds
+    ``readahead`` bytes in memory and the rest on disk).
 
-    One daemon thread downloads the next ``prefetch`` ``http(s)://`` shards while the
-    current one is read; ``close()``, ``with`` or garbage collection stops it, and a
-    download's error is raised by ``next()`` with its own type. Local files are read
-    in the caller's thread (the operating system reads ahead).
+    ``http(s)://`` shards are streamed: the tar reader reads the body as it arrives,
+    through a read-ahead buffer of ``readahead`` bytes filled by a daemon thread, so
+    memory is bounded by ``prefetch + 1`` read-aheads (each ``readahead`` bytes and a
+    piece of at most a MiB waiting for room), not by a shard. The next
+    ``prefetch`` shards start arriving (up to ``readahead`` bytes each) while the
+    current one is read. A connection that breaks mid-shard is resumed with a ``Range``
+    request (see :class:`dataecho.download.Stream`); ``close()``, ``with``, the end of
+    the last epoch or garbage collection stop the threads, and a download's error is
+    raised by ``next()`` with its own type. Other URLs with a scheme (``s3://``,
+    ``gs://``, ``memory://``, ...) are opened with fsspec (``pip install
+    'dataecho[fsspec]'`` and the store's package, e.g. s3fs), which reads ``readahead``
+    bytes at a time. Local files are read in the caller's thread (the operating system
+    reads ahead).
 
     Args:
-        urls: local paths, ``file:`` or ``http(s)://`` URLs, as a list or one string in
-            webdataset's brace notation (``"data-{000000..000009}.tar"``).
+        urls: local paths, ``file:``, ``http(s)://`` or fsspec URLs, as a list or one
+            string in webdataset's brace notation (``"data-{000000..000009}.tar"``).
         shuffle: permute the shards each epoch (else read them in the given order).
         seed: seed of the per-epoch shard order.
         num_epochs: epochs to read; None reads forever.
         epoch: the first epoch (e.g. from ``set_epoch``).
         shard_index: this reader, in ``[0, num_shards)``.
         num_shards: how many readers share the shards; at most ``len(urls)``.
-        prefetch: ``http(s)`` shards downloaded ahead; 0 downloads when needed.
+        prefetch: ``http(s)`` shards whose transfer starts ahead of their turn; 0 starts
+            each when it is needed.
         retries: retries per download (see :func:`dataecho.fetch`).
         digests: ``{shard URL or file name: (size, sha256 hex)}``, or a shard index
             dict with a ``"shards"`` list of ``{"name", "bytes", "sha256"}``; each
@@ -87,8 +101,11 @@ class TarShards(Stage[Sample]):
             over member data.
         max_bytes: the largest ``http(s)`` shard accepted, in bytes; None takes the
             size ``digests`` lists for the shard, else ``DEFAULT_MAX_BYTES`` (2 GiB).
-        deadline: seconds one ``http(s)`` shard's download may take, retries
-            included (default 900); None sets none. See :func:`dataecho.fetch`.
+        deadline: seconds one ``http(s)`` shard's transfer may spend waiting for the
+            server, retries included (default 900; time paused on a full read-ahead does
+            not count); None sets none.
+        readahead: bytes of a streamed shard held ahead of the reader (default 8 MiB),
+            and the block size fsspec reads with.
 
     Example:
         >>> import io, tarfile, tempfile
@@ -105,8 +122,8 @@ class TarShards(Stage[Sample]):
                  seed: int = 0, num_epochs: int | None = 1, epoch: int = 0,
                  shard_index: int = 0, num_shards: int = 1, prefetch: int = 1,
                  retries: int = 5, digests: Mapping[str, Any] | str | None = "auto",
-                 max_bytes: int | None = None,
-                 deadline: float | None = DEFAULT_DEADLINE) -> None:
+                 max_bytes: int | None = None, deadline: float | None = DEFAULT_DEADLINE,
+                 readahead: int = DEFAULT_READAHEAD) -> None:
         self.pattern = urls if isinstance(urls, str) else None
         self.urls = _check_urls(urls)
         self.shuffle = check_bool(shuffle, "shuffle")
@@ -129,6 +146,7 @@ class TarShards(Stage[Sample]):
             self._digests = {} if digests is None else parse_digests(digests, self.urls)
         self.max_bytes = None if max_bytes is None else check_max_bytes(max_bytes, "TarShards")
         self.deadline = _check_deadline(deadline)
+        self.readahead = check_positive_int(readahead, "readahead")
         names = "\n".join(u.rsplit("/", 1)[-1] for u in self.urls)
         self._params = {"num_urls": len(self.urls),
                      "names_sha256": hashlib.sha256(names.encode()).hexdigest()[:16],
@@ -137,13 +155,12 @@ class TarShards(Stage[Sample]):
                      "num_shards": self.num_shards}  # fmt: skip
         self._epoch, self._pos, self._offset, self.items_read = self.first_epoch, 0, 0, 0
         self._empty = 0  # shards in a row that held no sample
-        self.bytes_read = 0  # shard bytes downloaded or opened, for throughput reports
+        self.bytes_read = 0  # shard bytes received or opened, for throughput reports
         self._orders: dict[int, list[int]] = {}
         self._file: IO[bytes] | None = None
         self._opened_at = 0  # the offset the open shard was opened at
         self._cursor: Iterator[Sample] | None = None
-        self._pending: dict[tuple[int, int], Future[bytes]] = {}
-        self._downloads: Downloads | None = None
+        self._pending: dict[tuple[int, int], Stream] = {}  # the current and next streams
 
     def with_reader(self, shard_index: int, num_shards: int, epoch: int) -> TarShards:
         """The same shards read for one epoch by reader ``shard_index`` of ``num_shards``.
@@ -160,7 +177,7 @@ class TarShards(Stage[Sample]):
                          shard_index=shard_index, num_shards=num_shards,
                          prefetch=self.prefetch, retries=self.retries,
                          digests=self._digests or None, max_bytes=self.max_bytes,
-                         deadline=self.deadline)
+                         deadline=self.deadline, readahead=self.readahead)
 
     @property
     def epoch(self) -> int:
@@ -210,61 +227,82 @@ class TarShards(Stage[Sample]):
 
     def _open(self) -> Iterator[Sample]:
         url = self.urls[self.order(self._epoch)[self._pos]]
-        if url.startswith(("http://", "https://")):
-            fileobj: IO[bytes] = io.BytesIO(self._download())
-        else:
-            fileobj = open(_local_path(url), "rb")  # noqa: SIM115 (closed by _close_shard)
-        self._file = fileobj
+        self._file = fileobj = self._source(url)
         try:
-            self.bytes_read += fileobj.seek(0, 2)
-            fileobj.seek(0)
             if url in self._digests:
-                check_digest(fileobj, url, self._digests[url])
-            self._cursor = cursor = iter_samples(fileobj, url, skip=self._offset)
+                if fileobj.seekable() and not _remote(url):
+                    check_digest(fileobj, url, self._digests[url])
+                else:  # checked before its first sample: held on disk, not in memory
+                    self._file = fileobj = _spooled(fileobj, self._digests[url][0],
+                                                    self.readahead)
+                    check_digest(fileobj, url, self._digests[url])
+            if fileobj.seekable():
+                self.bytes_read += fileobj.seek(0, 2)
+                fileobj.seek(0)
+                self._cursor = cursor = iter_samples(fileobj, url, skip=self._offset)
+            elif self._offset:  # a stream cannot be read twice: check the offset on the way
+                cursor = iter_samples(fileobj, url, skip=self._offset - 1)
+                if next(cursor, None) is None:
+                    raise self._past_end(url)
+                self._cursor = cursor
+            else:
+                self._cursor = cursor = iter_samples(fileobj, url)
             self._opened_at = self._offset
         except BaseException:
             self._close_shard()
             raise
         return cursor
 
+    def _source(self, url: str) -> IO[bytes]:
+        """The shard at ``url`` opened: a stream, an fsspec file or a local file."""
+        if url.startswith(_HTTP):
+            return cast(IO[bytes], self._stream(url))
+        if _remote(url):
+            opened = importlib.import_module("fsspec").open(url, "rb", block_size=self.readahead)
+            return cast(IO[bytes], opened.open())
+        return open(_local_path(url), "rb")  # closed by _close_shard
+
     def _check_offset(self) -> None:
         """Refuses an offset past the end of its shard instead of skipping the shard."""
         url = self.urls[self.order(self._epoch)[self._pos]]
-        if self._file is None:
-            return
+        if self._file is None or not self._file.seekable():
+            return  # a stream's offset was checked when it was opened
         self._file.seek(0)
         if next(iter_samples(self._file, url, skip=self._offset - 1), None) is None:
             self._close_shard()
-            raise ValueError(
-                f"state of TarShards has offset={self._offset}, but shard {url!r} (position "
-                f"{self._pos} of epoch {self._epoch}) holds fewer samples; the rule: offset "
-                "counts the samples read of the current shard, at most its sample count. The "
-                "checkpoint does not belong to these shards (were they rewritten?): restore "
-                "one saved with them, or start without it")
+            raise self._past_end(url)
 
-    def _download(self) -> bytes:
-        if self.prefetch == 0:
-            url = self.urls[self.order(self._epoch)[self._pos]]
-            return fetch(url, retries=self.retries, deadline=self.deadline,
-                         max_bytes=self._limit(url))
-        # The current shard and the next `prefetch` ones queue in order on one thread,
-        # so the link stays busy while this shard is read.
+    def _past_end(self, url: str) -> ValueError:
+        return ValueError(
+            f"state of TarShards has offset={self._offset}, but shard {url!r} (position "
+            f"{self._pos} of epoch {self._epoch}) holds fewer samples; the rule: offset "
+            "counts the samples read of the current shard, at most its sample count. The "
+            "checkpoint does not belong to these shards (were they rewritten?): restore "
+            "one saved with them, or start without it")
+
+    def _stream(self, url: str) -> Stream:
+        # The current shard and the next `prefetch` ones arrive at once, each into its
+        # own read-ahead; their first requests go out in reading order.
         keys = self._next_keys()
-        for key in keys:
-            if key not in self._pending:
-                if self._downloads is None:
-                    self._downloads = Downloads(retries=self.retries, deadline=self.deadline)
-                url = self.urls[self.order(key[0])[key[1]]]
-                self._pending[key] = self._downloads.submit(url, max_bytes=self._limit(url))
         for key in [k for k in self._pending if k not in keys]:
-            self._pending.pop(key).cancel()
-        return self._pending.pop((self._epoch, self._pos)).result()
+            self._pending.pop(key).close()
+        current = (self._epoch, self._pos)
+        stream = self._pending.pop(current, None) or Stream(url, **self._how(url))
+        before = stream
+        for key in keys:
+            if key != current and key not in self._pending:
+                later = self.urls[self.order(key[0])[key[1]]]
+                self._pending[key] = Stream(later, after=before, **self._how(later))
+            before = self._pending.get(key, before)
+        return stream
 
-    def _limit(self, url: str) -> int | None:
+    def _how(self, url: str) -> dict[str, Any]:
         # A shard the digests list is refused as soon as it outgrows its listed size.
-        if self.max_bytes is None and url in self._digests:
-            return self._digests[url][0]
-        return self.max_bytes
+        limit = self.max_bytes
+        if limit is None and url in self._digests:
+            limit = self._digests[url][0]
+        return {"retries": self.retries, "deadline": self.deadline, "max_bytes": limit,
+                "readahead": self.readahead}
 
     def _next_keys(self) -> list[tuple[int, int]]:
         keys: list[tuple[int, int]] = []
@@ -274,25 +312,24 @@ class TarShards(Stage[Sample]):
                 epoch, pos = epoch + 1, 0
             if self.num_epochs is not None and epoch >= self.first_epoch + self.num_epochs:
                 break
-            if self.urls[self.order(epoch)[pos]].startswith(("http://", "https://")):
+            if self.urls[self.order(epoch)[pos]].startswith(_HTTP):
                 keys.append((epoch, pos))
             pos += 1
         return keys
 
     def _close_shard(self) -> None:
+        if isinstance(self._file, Stream):
+            self.bytes_read += self._file.received
         if self._file is not None:
             self._file.close()
         self._file = self._cursor = None
 
     def close(self) -> None:
-        """Closes the open shard and stops the download thread after its transfer."""
+        """Closes the open shard and stops every transfer, waiting for its thread to end."""
         self._close_shard()
-        for future in self._pending.values():
-            future.cancel()
+        for stream in self._pending.values():
+            stream.close()
         self._pending = {}
-        if self._downloads is not None:
-            self._downloads.close()
-        self._downloads = None
 
     def _config(self) -> dict[str, Any]:
         return self._params
@@ -324,7 +361,10 @@ class TarShards(Stage[Sample]):
             del args["shard_index"], args["num_shards"]
         if self.first_epoch == 0:
             del args["epoch"]
-        return {**args, "prefetch": self.prefetch}
+        args["prefetch"] = self.prefetch
+        if self.readahead != DEFAULT_READAHEAD:
+            args["readahead"] = self.readahead
+        return args
 
     def _repr_head(self) -> str:
         return (repr(self.pattern) if self.pattern is not None
@@ -342,12 +382,12 @@ def _check_urls(urls: object) -> list[str]:
                         "'data-{000000..000009}.tar'")
     if not found:
         raise ValueError("urls is empty: pass at least one shard path or URL")
+    schemes: set[str] = set()
     for url in found:
         scheme = urllib.parse.urlsplit(url).scheme
-        if len(scheme) > 1 and scheme not in ("http", "https", "file"):
-            raise ValueError(f"urls: {url!r} has scheme {scheme!r}, which TarShards cannot "
-                             "open; pass local paths, file: or http(s):// URLs (copy the "
-                             "shards from other stores first)")
+        if _remote(url) and not url.startswith(_HTTP) and scheme not in schemes:
+            _check_fsspec(url, scheme)
+            schemes.add(scheme)
         host = urllib.parse.urlsplit(url).netloc if scheme == "file" else ""
         if host not in ("", "localhost"):
             raise ValueError(f"urls: {url!r} names the host {host!r}, but a file: URL is read "
@@ -356,12 +396,50 @@ def _check_urls(urls: object) -> list[str]:
     return found
 
 
+def _check_fsspec(url: str, scheme: str) -> None:
+    """Refuses a URL that fsspec cannot open here, naming what to install."""
+    try:
+        fsspec = importlib.import_module("fsspec")
+    except ImportError:
+        raise ImportError(f"urls: {url!r} has scheme {scheme!r}, which TarShards opens with "
+                          f"fsspec, but fsspec is not installed; {_FSSPEC}") from None
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ImportError as error:  # fsspec knows the store, its package is missing
+        raise ImportError(f"urls: {url!r} has scheme {scheme!r}, whose fsspec filesystem "
+                          f"needs a package that is not installed: {error}") from None
+    except ValueError:
+        raise ValueError(f"urls: {url!r} has scheme {scheme!r}, which neither TarShards nor "
+                         "fsspec knows; pass local paths, file:, http(s):// or fsspec URLs "
+                         "(s3://, gs://, ...)") from None
+
+
+def _remote(url: str) -> bool:
+    """Whether ``url`` names another machine's file (not a path, a drive letter or file:)."""
+    scheme = urllib.parse.urlsplit(url).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def _spooled(source: IO[bytes], size: int, memory: int) -> IO[bytes]:
+    """``source`` copied (at most ``size + 1`` bytes) into a file: ``memory`` bytes in RAM."""
+    try:
+        copy = tempfile.SpooledTemporaryFile(max_size=memory)  # noqa: SIM115 (returned)
+        left = size + 1  # one byte past the listed size shows the shard outgrew it
+        while left > 0 and (piece := source.read(min(left, 1 << 20))):
+            copy.write(piece)
+            left -= len(piece)
+    finally:
+        source.close()
+    copy.seek(0)
+    return cast(IO[bytes], copy)
+
+
 def _beside(urls: list[str]) -> dict[str, Digest]:
     """Digests of local shards from the ``write_shards`` index files in their folders."""
     tables: dict[str, dict[str, Digest]] = {}
     found: dict[str, Digest] = {}
     for url in urls:
-        if url.startswith(("http://", "https://")):
+        if _remote(url):
             continue
         path = Path(_local_path(url))
         folder = str(path.parent)

@@ -17,7 +17,8 @@ import pytest
 
 from dataecho import FetchError, fetch
 from dataecho.demo.remote import ShardServer
-from dataecho.download import DEFAULT_DEADLINE, DEFAULT_MAX_BYTES, Downloads
+from dataecho.download import DEFAULT_DEADLINE, DEFAULT_MAX_BYTES, Downloads, Stream
+from helpers.threads import wait_until
 
 # Every test must leave no server or request thread behind (fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
@@ -253,3 +254,132 @@ def test_closing_downloads_ends_the_thread_mid_transfer(endless):
 def test_fetch_rejects_bad_limits(options, error, message):
     with pytest.raises(error, match=message):
         fetch("http://h/x", **options)
+
+
+class Framed(BaseHTTPRequestHandler):
+    """Answers with the ``Content-Length`` lines and the body the test set; answers a
+    ``Range`` request with 206 from ``ranged`` (None: the whole body again, with the
+    ``etag`` of that time); hangs up ``drops`` bytes into the next answers."""
+
+    lengths: list[str]
+    body: bytes
+    drops: list[int]
+    ranged: bool
+    etags: list[str]
+    seen: list[str | None]
+
+    def do_GET(self) -> None:
+        wanted = self.headers.get("Range")
+        self.seen.append(wanted)
+        start = int(wanted[6:-1]) if wanted and self.ranged else 0
+        body = self.body[start:]
+        self.send_response(206 if start else 200)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(self.body) - 1}/"
+                                              f"{len(self.body)}")
+        for value in self.lengths or [str(len(body))]:
+            self.send_header("Content-Length", value)
+        if self.etags:
+            self.send_header("ETag", self.etags.pop(0))
+        self.end_headers()
+        drop = self.drops.pop(0) if self.drops else len(body)
+        with contextlib.suppress(OSError):
+            self.wfile.write(body[:drop])
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def framed() -> Iterator[tuple[str, type[Framed]]]:
+    handler = type("Handler", (Framed,), {"lengths": [], "body": bytes(range(256)) * 80,
+                                          "drops": [], "ranged": True, "etags": [],
+                                          "seen": []})  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/x", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("lengths", [["+20480"], ["20480, 20480"], ["20480", "20480"],
+                                     ["2048\u00b2"], ["-1"], ["0x5000"]])
+def test_a_content_length_that_is_not_one_ascii_number_is_refused_not_trusted(framed, lengths):
+    url, handler = framed
+    handler.lengths, handler.drops = lengths, [18_944]  # the body cut short as well
+    message = (rf"fetch: {url} sent Content-Length {re.escape(repr(', '.join(lengths)))}, which "
+               r"is not one number of ASCII digits, so where its body ends cannot be checked")
+    with pytest.raises(FetchError, match=message):
+        fetch(url, retries=3, backoff=0.001)
+    assert handler.seen == [None]  # not retried: the server sends the same header again
+
+
+def test_a_body_cut_short_resumes_with_a_range_request(framed):
+    url, handler = framed
+    handler.drops, handler.etags = [5000, 7000], ['"a"', '"a"', '"a"']
+    assert fetch(url, backoff=0.001) == handler.body
+    assert handler.seen == [None, "bytes=5000-", "bytes=12000-"]
+
+
+def test_a_server_without_range_support_restarts_and_a_changed_body_is_refused(framed):
+    url, handler = framed
+    handler.ranged, handler.drops, handler.etags = False, [5000], ['"a"', '"a"']
+    assert fetch(url, backoff=0.001) == handler.body  # the first 5000 bytes passed over
+    assert handler.seen == [None, "bytes=5000-"]
+    handler.drops, handler.etags = [5000], ['"a"', '"b"']
+    with pytest.raises(FetchError, match=r"changed while it was read \(5000 bytes in; now "
+                                         r"\('ETag', '\"b\"'\), before \('ETag', '\"a\"'\)\); not"):
+        fetch(url, backoff=0.001)
+
+
+def test_a_stream_holds_at_most_its_read_ahead_of_an_endless_body(endless):
+    with Stream(endless + "/fast", readahead=1 << 20, deadline=None) as body:
+        assert len(body.read(100)) == 100
+        time.sleep(0.3)  # the server sends as fast as loopback goes
+        # the buffer (1 MiB) and the piece that filled it, never the body
+        assert body.received <= (1 << 20) + (1 << 20) + 100
+        wait_until(lambda: body.received > 1 << 19)
+    assert not [t for t in threading.enumerate() if t.name == "dataecho-downloads"]
+
+
+def test_closing_a_stream_wakes_a_read_blocked_on_a_silent_server():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        body = Stream(f"http://127.0.0.1:{port}/x", timeout=60, deadline=None)
+        peer, _ = listener.accept()  # connected, and never answered
+        with peer:
+            time.sleep(0.1)
+            start = time.monotonic()
+            body.close()
+            assert time.monotonic() - start < 5
+    assert not [t for t in threading.enumerate() if t.name == "dataecho-downloads"]
+
+
+def test_a_streams_error_comes_after_the_bytes_before_it_and_sticks(framed):
+    url, handler = framed
+    handler.drops = [5000]
+    with Stream(url, retries=0) as body:
+        assert body.read(5000) == handler.body[:5000]
+        for _ in range(2):
+            with pytest.raises(FetchError, match=r"gave up on .* after 1 attempts .*5000 bytes "
+                                                 r"received.*IncompleteRead"):
+                body.read(1)
+    with pytest.raises(ValueError, match=r"read from .* after close"):
+        body.read(1)
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"readahead": 0}, ValueError, r"Stream: readahead must be an int >= 1 \(bytes held ahead "
+                                   r"of the reader\), got 0; pass e.g. 8388608"),
+    ({"retries": -1}, ValueError, r"Stream: retries must be >= 0"),
+    ({"max_bytes": 0}, ValueError, r"Stream: max_bytes must be >= 1 byte"),
+])
+def test_stream_rejects_bad_arguments(options, error, message):
+    with pytest.raises(error, match=message):
+        Stream("http://h/x", **options)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import gc
 import hashlib
 import importlib.util
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +294,7 @@ def test_a_shard_error_leaves_the_position_so_next_retries_it(served):
         ("none-{a,b}.tar", {"num_shards": 3}, ValueError,
          r"num_shards=3 readers need at least as many shards, but urls lists 2"),
         (["a.tar"], {"shard_index": 1}, ValueError, r"shard_index must be in \[0, num_shards=1\)"),
-        (["s3://bucket/a.tar"], {}, ValueError, r"has scheme 's3'"),
+        (["nosuch://bucket/a.tar"], {}, ValueError, r"has scheme 'nosuch', which neither"),
         (3, {}, TypeError, "urls must be a list of paths or URLs"),
         (["a.tar"], {"prefetch": -1}, ValueError, "prefetch"),
         ("a-{0..2.tar", {}, ValueError, "never closed"),
@@ -302,6 +309,7 @@ def test_a_shard_error_leaves_the_position_so_next_retries_it(served):
         (["a.tar"], {"max_bytes": "1"}, TypeError, r"TarShards: max_bytes must be an int"),
         (["a.tar"], {"deadline": -1}, ValueError, r"TarShards: deadline must be > 0 seconds"),
         (["a.tar"], {"deadline": "1"}, TypeError, r"TarShards: deadline must be a number"),
+        (["a.tar"], {"readahead": 0}, ValueError, r"readahead must be an int >= 1, got 0"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_remedy(urls, options, error, message):
@@ -348,6 +356,7 @@ def test_decode_with_map_and_repr_shows_the_parameters(local):
     labels = Map(TarShards(local, shuffle=False), lambda s: int(s["cls"]))
     assert list(labels) == [i % 10 for i in range(N)]
     assert repr(TarShards(local)).startswith(f"TarShards(<5 urls: {local[0]!r}, ...>")
+    assert repr(TarShards(local, readahead=1 << 16)).endswith("prefetch=1, readahead=65536)")
 
 
 @pytest.mark.parametrize("key, value, words", [
@@ -420,3 +429,267 @@ def test_only_write_shards_indexes_beside_local_shards_are_used_by_default(tmp_p
         list(TarShards(urls, shuffle=False))
     with pytest.raises(ValueError, match=r"digests must be a dict, 'auto' or None, got 'yes'"):
         TarShards(urls, digests="yes")
+
+
+# Streamed shards: a loopback server that writes a tar as it goes (no file, no copy in
+# memory), answers Range requests, and can hang up mid-body.
+
+BIG = 1 << 20  # bytes of each sample's .bin member in the generated shards
+
+
+def member(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime = len(data), 0
+    return info.tobuf(tarfile.USTAR_FORMAT) + data + bytes(-len(data) % 512)
+
+
+def generated(count: int | None, size: int) -> Iterator[bytes]:
+    """A tar shard of ``count`` samples (None: without end), a sample at a time."""
+    i = 0
+    while count is None or i < count:
+        yield member(f"{i:06d}.bin", bytes([i % 251]) * size) + member(f"{i:06d}.cls",
+                                                                     str(i).encode())
+        i += 1
+    yield bytes(10240 - (count * (size + (-size % 512) + 1536)) % 10240)  # the end marker
+
+
+def generated_size(count: int, size: int) -> int:
+    return sum(len(piece) for piece in generated(count, 0)) + count * (size + (-size % 512))
+
+
+class Generated(BaseHTTPRequestHandler):
+    """``/N-S.tar``: a shard of N samples with S-byte .bin members; ``/endless-S.tar``
+    without end; ``/zeros``: zero bytes without end. ``drop_after`` bytes into the
+    next answers, it hangs up; ``ranges`` says whether Range requests are answered."""
+
+    requests: list[str | None]
+    drops: list[int]
+    ranges = True
+
+    def do_GET(self) -> None:
+        self.requests.append(self.headers.get("Range"))
+        name = self.path.strip("/").removesuffix(".tar")
+        if name == "zeros":
+            pieces, total = iter(lambda: bytes(1 << 16), None), None
+        else:
+            count_text, size_text = name.split("-")
+            count = None if count_text == "endless" else int(count_text)
+            pieces = generated(count, int(size_text))
+            total = None if count is None else generated_size(count, int(size_text))
+        start = 0
+        wanted = self.headers.get("Range")
+        if wanted and self.ranges and total is not None:
+            start = int(wanted.removeprefix("bytes=").removesuffix("-"))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{total - 1}/{total}")
+        else:
+            self.send_response(200)
+        if total is not None:
+            self.send_header("Content-Length", str(total - start))
+        self.send_header("ETag", '"v1"')
+        self.end_headers()
+        drop = self.drops.pop(0) if self.drops else None
+        sent = skipped = 0
+        with contextlib.suppress(OSError):  # the client hung up: a reader that has enough
+            for piece in pieces:
+                if skipped < start:
+                    skipped += len(piece)
+                    piece = piece[len(piece) - (skipped - start):] if skipped > start else b""
+                if drop is not None and sent + len(piece) > drop:
+                    self.wfile.write(piece[: drop - sent])
+                    return
+                self.wfile.write(piece)
+                sent += len(piece)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class Server(ThreadingHTTPServer):
+    """Joins its request threads on close (a loaded machine may need more than a moment)."""
+
+    block_on_close, daemon_threads = True, False
+
+
+@pytest.fixture
+def generator() -> Iterator[tuple[str, type[Generated]]]:
+    handler = type("Handler", (Generated,), {"requests": [], "drops": []})
+    server = Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+RSS_SCRIPT = """
+import json, resource, sys, time
+from dataecho import FetchError, TarShards
+
+def rss(field):  # kB, from Linux's accounting; the peak is the high-water mark
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+
+base = rss("VmRSS:")
+url, size = sys.argv[1], int(sys.argv[2])
+start = time.monotonic()
+samples = sizes = 0
+for sample in TarShards([url + f"/200-{size}.tar"], shuffle=False):
+    samples += 1
+    sizes += len(sample["bin"])
+seconds = time.monotonic() - start
+try:
+    for sample in TarShards([url + f"/endless-{size}.tar"], max_bytes=64 << 20):
+        pass
+    endless = "ended"
+except FetchError as error:
+    endless = str(error)
+zeros = len(list(TarShards([url + "/zeros"])))
+print(json.dumps({"base_kb": base, "peak_kb": rss("VmHWM:"), "samples": samples,
+                  "bytes": sizes, "seconds": seconds, "endless": endless, "zeros": zeros}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_a_200_mb_shard_streams_through_a_bounded_read_ahead(generator):
+    url, _ = generator
+    run = subprocess.run([sys.executable, "-c", RSS_SCRIPT, url, str(BIG)], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert (found["samples"], found["bytes"]) == (200, 200 * BIG)
+    # the process's peak over its baseline (after imports), with prefetch 1 and the
+    # default 8 MiB read-ahead: a shard held whole would add 200 MB
+    grown_mb = (found["peak_kb"] - found["base_kb"]) / 1024
+    assert grown_mb < 100, found
+    # an endless body of samples is cut at max_bytes, one of zeros ends at its record
+    assert "sent more than max_bytes=67108864 bytes" in found["endless"], found
+    assert found["zeros"] == 0
+    print(f"200 MB streamed in {found['seconds']:.2f} s, peak RSS +{grown_mb:.0f} MB")
+
+
+def test_a_shard_cut_mid_body_resumes_with_a_range_request(generator):
+    url, handler = generator
+    size = generated_size(6, 50_000)
+    handler.drops = [size // 3, size // 2]  # two hang-ups, each after part of the answer
+    samples = list(TarShards([url + "/6-50000.tar"], shuffle=False, readahead=1 << 16))
+    assert [s["__key__"] for s in samples] == [f"{i:06d}" for i in range(6)]
+    assert [s["bin"] for s in samples] == [bytes([i]) * 50_000 for i in range(6)]
+    assert handler.requests == [None, f"bytes={size // 3}-", f"bytes={size // 3 + size // 2}-"]
+
+
+def test_restore_at_every_sample_while_every_answer_is_cut_and_resumed(generator):
+    url, handler = generator
+    handler.drops = [200_000] * 10_000  # every answer hangs up 200 kB in
+    urls = [url + "/6-50000.tar", url + "/5-70000.tar"]
+    outputs = assert_restores_everywhere(lambda: TarShards(urls, seed=1, num_epochs=2), every=3)
+    # each sample once an epoch, whole (the helper compared every restore with this run)
+    names = collections.Counter((s["__url__"], s["__key__"]) for s in outputs)
+    assert len(names) == 6 + 5 and set(names.values()) == {2}
+    assert all(s["bin"] == bytes([int(s["cls"])]) * len(s["bin"]) for s in outputs)
+    assert any(r is not None for r in handler.requests)  # resumed with Range requests
+
+
+def test_without_range_support_a_cut_shard_restarts_and_passes_over_what_it_read(generator):
+    url, handler = generator
+    handler.ranges, handler.drops = False, [300_000]
+    samples = list(TarShards([url + "/6-50000.tar"], shuffle=False))
+    assert [s["cls"] for s in samples] == [str(i).encode() for i in range(6)]
+    assert handler.requests == [None, "bytes=300000-"]  # answered with the whole body
+
+
+def test_an_endless_zero_tail_ends_the_shard_at_its_record():
+    # /dev/zero says its size is 0 and reads zeros for ever: refused at once, not a spin
+    with alarm(10), pytest.raises(ShardError, match=r"shard '/dev/zero' is not a valid tar "
+                                                    r"file \(its size is 0 bytes, but it reads"):
+        list(TarShards(["/dev/zero"]))
+
+
+@pytest.mark.parametrize("tail", ["zeros for ever", "nothing, held open"])
+def test_a_pipe_that_never_closes_ends_at_the_archives_record(tmp_path, tail):
+    fifo = tmp_path / "shard.tar"
+    os.mkfifo(fifo)
+    archive = b"".join(generated(3, 1000))
+    done = threading.Event()
+
+    def write() -> None:
+        with contextlib.suppress(OSError), open(fifo, "wb") as sink:
+            sink.write(archive)
+            sink.flush()
+            while not done.is_set():
+                if tail == "zeros for ever":
+                    sink.write(bytes(1 << 16))
+                else:
+                    done.wait(0.01)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        with alarm(10):
+            samples = list(TarShards([str(fifo)]))
+        assert [s["cls"] for s in samples] == [b"0", b"1", b"2"]
+    finally:
+        done.set()
+        with contextlib.suppress(OSError):  # a writer still waiting for a reader
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(5)
+
+
+def test_a_restored_offset_past_a_streamed_shards_end_is_refused(served):
+    _, urls = served
+    reader = TarShards(urls, shuffle=False)
+    next(reader)
+    state = {**reader.state_dict(), "offset": PER_SHARD + 1, "read": 99}
+    reader.close()
+    restored = TarShards(urls, shuffle=False)
+    restored.load_state_dict(state)
+    with pytest.raises(ValueError, match=rf"offset={PER_SHARD + 1}, but shard '.*part-000000"):
+        next(restored)
+    restored.load_state_dict({**state, "offset": PER_SHARD})  # the shard's end is valid
+    assert next(restored)["__key__"] == f"{PER_SHARD:06d}"
+    restored.close()
+
+
+def test_fsspec_urls_read_through_fsspec(local):
+    fsspec = pytest.importorskip("fsspec", reason="dataecho[test] installs fsspec")
+    memory = fsspec.filesystem("memory")
+    try:
+        for path in local:
+            memory.pipe(f"/shards/{Path(path).name}", Path(path).read_bytes())
+        urls = [f"memory://shards/{Path(path).name}" for path in local]
+        assert keys(TarShards(urls, shuffle=False)) == keys(TarShards(local, shuffle=False))
+        outputs = assert_restores_everywhere(lambda: TarShards(urls, seed=3), every=3)
+        assert len(outputs) == N
+    finally:
+        memory.rm("/shards", recursive=True)
+
+
+def test_fsspec_urls_without_fsspec_or_its_store_name_what_to_install(monkeypatch):
+    with pytest.raises(ImportError, match=r"urls: 's3://b/a.tar' has scheme 's3', whose fsspec "
+                                          r"filesystem needs a package .*s3fs"):
+        TarShards(["s3://b/a.tar"])
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"urls: 'gs://b/a.tar' has scheme 'gs', which "
+                                          r"TarShards opens with fsspec, but fsspec is not "
+                                          r"installed; pip install 'dataecho\[fsspec\]'"):
+        TarShards(["gs://b/a.tar"])
+
+
+@contextlib.contextmanager
+def alarm(seconds: float) -> Iterator[None]:
+    """Fails the test with TimeoutError after ``seconds``, instead of a hang."""
+
+    def hang(*_: Any) -> None:
+        raise TimeoutError(f"still running after {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
