@@ -379,7 +379,7 @@ def _validator(response: Any) -> tuple[str, str] | None:
     return None if modified is None else ("Last-Modified", modified)
 
 
-class Stream(io.RawIOBase):
+class Stream(io.BufferedIOBase):
     """An ``http(s)://`` body read as it arrives, at most ``readahead`` bytes ahead.
 
     A daemon thread (named ``dataecho-downloads``) receives the body into a buffer of
@@ -393,7 +393,8 @@ class Stream(io.RawIOBase):
     reaches it, after every byte that arrived before it, and by every ``read`` after.
 
     ``close()`` (or garbage collection, or ``with``) stops the thread: a read blocked
-    on the server is woken, and ``close()`` waits for the thread to end. Not seekable.
+    on the server is woken (its socket is shut down), and ``close()`` waits for the
+    thread to end (a connect under way ends within ``timeout``). Not seekable.
 
     Args:
         url: An ``http://`` or ``https://`` URL.
@@ -415,7 +416,10 @@ class Stream(io.RawIOBase):
                  backoff: float = 0.05, timeout: float = 30.0, max_bytes: int | None = None,
                  deadline: float | None = DEFAULT_DEADLINE, after: Stream | None = None) -> None:
         limit = _check(url, retries, backoff, timeout, max_bytes, deadline, "Stream")
-        if isinstance(readahead, bool) or not isinstance(readahead, int) or readahead < 1:
+        if isinstance(readahead, bool) or not isinstance(readahead, int):
+            raise TypeError(f"Stream: readahead must be an int (bytes), got "
+                            f"{type(readahead).__name__}; pass e.g. {DEFAULT_READAHEAD}")
+        if readahead < 1:
             raise ValueError(f"Stream: readahead must be an int >= 1 (bytes held ahead of the "
                              f"reader), got {readahead!r}; pass e.g. {DEFAULT_READAHEAD}")
         super().__init__()
@@ -423,9 +427,9 @@ class Stream(io.RawIOBase):
         self._pipe = pipe = _Pipe(readahead)
         self._transfer = _Transfer(url, retries, backoff, timeout, limit, deadline, pipe.cancel)
         self._transfer.piece = min(_PIECE, readahead)
-        self._thread = threading.Thread(
-            target=_receive, args=(self._transfer, pipe, after and after._pipe.begun),
-            name="dataecho-downloads", daemon=True)
+        turn = None if after is None else after._pipe.begun
+        self._thread = threading.Thread(target=_receive, args=(self._transfer, pipe, turn),
+                                        name="dataecho-downloads", daemon=True)
         self._thread.start()
         # The thread holds the pipe and the transfer, never this object, so that
         # collecting a stream nobody closed stops its thread.
@@ -440,11 +444,29 @@ class Stream(io.RawIOBase):
         return True
 
     def read(self, size: int | None = -1, /) -> bytes:
-        """At most ``size`` bytes, fewer only at the end; ``-1`` reads to the end."""
+        """``size`` bytes, fewer only at the end (b"" there); ``-1`` reads to the end.
+
+        A failure after some of them arrived returns those; the next read raises it.
+        """
+        parts, want = [], math.inf if size is None or size < 0 else size
+        try:
+            while want > 0 and (part := self.read1(int(min(want, _PIECE)))):
+                parts.append(part)
+                want -= len(part)
+        except Exception:
+            if not parts:
+                raise
+        return b"".join(parts)
+
+    def read1(self, size: int | None = -1, /) -> bytes:
+        """What has arrived, at most ``size`` bytes (-1: all of it); b"" at the end.
+
+        Blocks until at least one byte has arrived, the body ended or the download failed.
+        """
         if self.closed:
             raise ValueError(f"Stream: read from {self.url} after close()")
-        if size is None or size < 0:
-            return b"".join(iter(functools.partial(self.read, _PIECE), b""))
+        if size == 0:
+            return b""
         pipe = self._pipe
         with pipe.lock:
             while not pipe.pieces and not pipe.done:
@@ -453,18 +475,18 @@ class Stream(io.RawIOBase):
                 if pipe.error is not None:
                     raise pipe.error  # sticks: every later read raises it too
                 return b""
-            out, want = [], size
-            while pipe.pieces and want > 0:
+            out, want, taken = [], pipe.size if size is None or size < 0 else size, 0
+            while pipe.pieces and taken < want:
                 piece, start = pipe.pieces[0], pipe.start
-                end = min(len(piece), start + want)
+                end = min(len(piece), start + want - taken)
                 out.append(piece if start == 0 and end == len(piece) else piece[start:end])
-                want -= end - start
+                taken += end - start
                 if end == len(piece):
                     pipe.pieces.popleft()
                     pipe.start = 0
                 else:
                     pipe.start = end
-            pipe.size -= size - want
+            pipe.size -= taken
             pipe.lock.notify_all()
         return out[0] if len(out) == 1 else b"".join(out)
 

@@ -338,6 +338,7 @@ def test_a_server_without_range_support_restarts_and_a_changed_body_is_refused(f
 
 def test_a_stream_holds_at_most_its_read_ahead_of_an_endless_body(endless):
     with Stream(endless + "/fast", readahead=1 << 20, deadline=None) as body:
+        assert body.read(0) == b""
         assert len(body.read(100)) == 100
         time.sleep(0.3)  # the server sends as fast as loopback goes
         # the buffer (1 MiB) and the piece that filled it, never the body
@@ -379,6 +380,7 @@ def test_a_streams_error_comes_after_the_bytes_before_it_and_sticks(framed):
                                    r"of the reader\), got 0; pass e.g. 8388608"),
     ({"retries": -1}, ValueError, r"Stream: retries must be >= 0"),
     ({"max_bytes": 0}, ValueError, r"Stream: max_bytes must be >= 1 byte"),
+    ({"readahead": 1.5}, TypeError, r"Stream: readahead must be an int \(bytes\), got float"),
 ])
 def test_stream_rejects_bad_arguments(options, error, message):
     with pytest.raises(error, match=message):
