@@ -1,10 +1,10 @@
 """Where the echo stands, and the one place an echo stage is built from a factor.
 
 The paper's three variants differ only in where the echo stage stands (before or after
-the augmentation, or after the batcher); :func:`echo_stage` builds that stage for a
-factor, fixed (:class:`dataecho.Echo`) or adaptive (:class:`dataecho.AdaptiveEcho`,
-with the defaults :class:`dataecho.Auto` states). ``pipeline()``, ``EchoDataset``,
-``EchoBatches`` and ``EchoNode`` all build their echo here.
+the augmentation, or after the batcher): :data:`ECHO_AFTER` says which. :func:`echo_stage`
+builds that stage for a factor, fixed (:class:`dataecho.Echo`) or adaptive
+(:class:`dataecho.AdaptiveEcho`, with the defaults :class:`dataecho.Auto` states).
+``pipeline()``, ``EchoDataset``, ``EchoBatches`` and ``EchoNode`` all build their echo here.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ Variant = Literal["before_augmentation", "after_augmentation", "batch"]
 #: The values ``pipeline(echo=...)`` accepts besides None, in the paper's order of
 #: quality: example echoing before augmentation, after it, and batch echoing.
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
+#: Where each variant's echo stands: the step of ``pipeline()`` (read, augment, batch,
+#: in that order) it follows, for fixed factors and ``Auto`` alike.
+ECHO_AFTER: dict[Variant, Literal["read", "augment", "batch"]] = {
+    "before_augmentation": "read", "after_augmentation": "augment", "batch": "batch"}
 #: The variants whose echo repeats examples rather than batches.
-EXAMPLE_LEVEL: tuple[Variant, ...] = VARIANTS[:2]
+EXAMPLE_LEVEL: tuple[Variant, ...] = tuple(v for v in VARIANTS if ECHO_AFTER[v] != "batch")
 
 #: Fresh examples read ahead by an adaptive echo of single examples (in DataLoader
 #: workers): enough for a burst of a shard or a window.

@@ -18,8 +18,8 @@ def augment(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def build() -> dataecho.Stage[np.ndarray]:
     images = np.random.default_rng(0).random((500, 8, 8), dtype=np.float32)
-    return dataecho.pipeline(images, augment=augment, echo="before_augmentation",
-                             factor=2.5, batch_size=50, seed=0, num_epochs=2)
+    return dataecho.pipeline(dataecho.Source(images, seed=0, num_epochs=2), augment=augment,
+                             echo="before_augmentation", factor=2.5, batch_size=50, seed=0)
 
 
 def main() -> None:

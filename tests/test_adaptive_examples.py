@@ -179,8 +179,8 @@ def test_pipeline_with_an_auto_agreement_builds_a_stage_that_votes_with_it():
         votes.append(ready)
         return ready, capacity, ended
 
-    with pipeline(range(8), factor=Auto(agree=agree), echo="before_augmentation",
-                  batch_size=4, shuffle=False) as stage:
+    with pipeline(Source(range(8), shuffle=False), factor=Auto(agree=agree),
+                  echo="before_augmentation", batch_size=4) as stage:
         assert stage.agree is agree
         assert sorted(int(x) for b in stage for x in b) == list(range(8))
     assert votes  # every step was agreed through it

@@ -88,8 +88,8 @@ def test_pipeline_is_the_composition_of_the_stages():
 @pytest.mark.parametrize("variant", ["before_augmentation", "after_augmentation", "batch"])
 def test_whole_pipeline_restores_at_every_step_with_fractional_factor(variant):
     assert_restores_everywhere(lambda: dataecho.pipeline(
-        DATA[:25], augment=augment, echo=variant, factor=1.7, batch_size=4, buffer_size=6,
-        seed=2, num_epochs=2))
+        Source(DATA[:25], seed=2, num_epochs=2), augment=augment, echo=variant, factor=1.7,
+        batch_size=4, buffer_size=6, seed=2))
 
 
 def test_repr_documents_the_pipeline():
@@ -99,8 +99,8 @@ def test_repr_documents_the_pipeline():
     assert "batch_size=8" in text and "factor=2.0" in text and "fn=augment" in text
 
 
-def test_endless_pipeline_with_num_epochs_none():
-    p = dataecho.pipeline(DATA, echo="batch", factor=2, batch_size=7, num_epochs=None)
+def test_endless_pipeline_over_a_source_with_num_epochs_none():
+    p = dataecho.pipeline(Source(DATA, num_epochs=None), echo="batch", factor=2, batch_size=7)
     for _ in range(100):
         next(p)
     assert p.stats().batches == 100 and p.stats().emitted_examples == 700
@@ -167,3 +167,17 @@ def test_echo_none_with_a_factor_is_an_error_not_a_silent_baseline(kwargs, messa
 def test_an_augment_that_is_not_a_function_is_reported_under_its_own_name():
     with pytest.raises(TypeError, match=r"augment must be callable .* got 'flip' of type str"):
         dataecho.pipeline([1, 2, 3], augment="flip", factor=2)
+
+
+def test_a_source_passed_in_keys_the_later_seeds_by_its_own_epoch_and_shard():
+    def build(**keys):  # the repr shows every stage's seed
+        return repr(dataecho.pipeline(Source(DATA, seed=4, epoch=2, shard_index=1, num_shards=3),
+                                      augment=augment, factor=1.5, seed=4, **keys))
+    assert build() == build(epoch=2, shard_index=1) != build(epoch=0, shard_index=0)
+
+
+def test_a_shard_index_with_a_data_set_is_an_error_naming_source():
+    with pytest.raises(ValueError, match=r"a map-style data set is read whole, so shard_index "
+                                         r"must be 0, got 2; to read one shard pass "
+                                         r"data=dataecho.Source\(data, shard_index=2"):
+        dataecho.pipeline(DATA, shard_index=2)

@@ -39,9 +39,10 @@ def test_every_item_appears_floor_or_ceil_factor_times_and_stats_are_exact(n, fa
        seed=st.integers(0, 1000), cut=st.floats(0, 1))
 def test_restoring_anywhere_resumes_exactly(n, factor, batch, buffer, variant, epochs, seed, cut):
     def make():
-        return dataecho.pipeline(list(range(n)), augment=lambda x, rng: (x, int(rng.integers(9))),
+        return dataecho.pipeline(Source(list(range(n)), seed=seed, num_epochs=epochs),
+                                 augment=lambda x, rng: (x, int(rng.integers(9))),
                                  echo=variant, factor=factor, batch_size=batch,
-                                 buffer_size=buffer, seed=seed, num_epochs=epochs)
+                                 buffer_size=buffer, seed=seed)
     outputs, states = run(make())
     k = int(cut * (len(states) - 1))
     restored = make()

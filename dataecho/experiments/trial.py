@@ -84,8 +84,8 @@ def build_pipeline(workload: Workload, condition: Condition, seed: int,
         >>> _ = next(stage); stage.stats().fresh_examples
         32
     """
-    return dataecho.pipeline(data, augment=workload.augment(), seed=seed, num_epochs=None,
-                             **condition.pipeline_kwargs())
+    return dataecho.pipeline(dataecho.Source(data, seed=seed, num_epochs=None),
+                             augment=workload.augment(), seed=seed, **condition.pipeline_kwargs())
 
 
 def train(workload: Workload, trial: Trial, *, prune_at: float | None = None,
