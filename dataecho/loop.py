@@ -242,29 +242,6 @@ class Epochs:
         self._stage, self._current, self._began = stage, epoch, stage.stats()
         return stage
 
-    def rebuild(self) -> Stage[Any]:
-        """Builds the live epoch's stage again, for one that was not read yet.
-
-        For a stage whose builder would build another one now (a data set's split across
-        processes was decided after the stage was built), so the epoch is not claimed
-        again. A restored position is kept.
-
-        Raises:
-            RuntimeError: there is no live stage, or it was read already.
-        """
-        if self._stage is None or self._current is None or not self._untouched():
-            raise RuntimeError(
-                "Epochs.rebuild() rebuilds a live stage that nothing was read from, but "
-                f"{'there is none' if self._stage is None else 'this one was read'}; call "
-                "start() for the next epoch")
-        old, epoch = self._stage, self._current
-        stage = self._build(epoch)
-        if self._began != _ZERO:  # restored mid-epoch: the new stage resumes there too
-            stage.load_state_dict(old.state_dict())
-        old.close()
-        self._stage = stage
-        return stage
-
     def _untouched(self) -> bool:
         """Whether a live stage has read nothing since it started."""
         return self._stage is not None and not self._ended and self._stage.stats() == self._began

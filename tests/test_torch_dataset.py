@@ -425,11 +425,11 @@ def test_pickled_dataset_carries_the_rank_of_the_training_process(monkeypatch):
     monkeypatch.setattr(dist, "get_rank", lambda: 1)
     monkeypatch.setattr(dist, "get_world_size", lambda: 3)
     ds = EchoDataset(list(range(9)), factor=1)
-    state = ds.__getstate__()  # what pickle sends to spawned workers
-    assert (state["rank"], state["world_size"]) == (1, 3)
-    assert (ds.rank, ds.world_size) == (None, None)  # the object itself is unchanged
+    part = ds.__getstate__()["part"].__getstate__()  # what pickle sends to spawned workers
+    assert (part["rank"], part["world_size"]) == (1, 3)
+    assert (ds.part.rank, ds.part.world_size) == (None, None)  # the object itself is unchanged
     explicit = EchoDataset(list(range(9)), rank=0, world_size=2).__getstate__()
-    assert (explicit["rank"], explicit["world_size"]) == (0, 2)
+    assert (explicit["part"].__getstate__()["rank"], explicit["part"].world_size) == (0, 2)
 
 
 def test_dataset_and_augment_errors_name_those_parameters():

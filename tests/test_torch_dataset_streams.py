@@ -490,7 +490,7 @@ def test_a_litdata_stream_splits_itself_and_every_example_is_used_factor_times(
     # Fails on the code before this test: dataecho called LitData's state_dict() without
     # the three counts it takes, at the first example.
     ds = _lit(lit_dir)
-    assert ds.read == Streamed(split="stream")
+    assert ds.recipe.read == Streamed(split="stream")
     for _ in range(2):  # two epochs, each complete
         _check_epoch(_rows(ds, num_workers), N, 2)
 

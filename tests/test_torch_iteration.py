@@ -1,4 +1,4 @@
-"""Handout: one iteration's hand-over of a counted pipeline."""
+"""Iteration: one iteration of an EchoDataset's epoch loop, handed over and counted."""
 
 import gc
 
@@ -6,7 +6,10 @@ import pytest
 
 pytest.importorskip("torch")
 from dataecho import Echo, Source
-from dataecho.torch.handout import Handout, Tally
+from dataecho.loop import Epochs
+from dataecho.torch.iteration import Iteration, Tally
+from dataecho.torch.ranks import Part
+from dataecho.torch.workers import EpochCounter, SharedCounts
 
 pytestmark = pytest.mark.torch
 
@@ -28,77 +31,61 @@ class Closing(Source[int]):
         self.closed += 1
 
 
-def hand_out(tally: Tally, ended: list[Tally], failed: list[Exception],
-             published: list[int] | None = None, check_empty: bool = False) -> Handout:
-    def publisher(counts):
-        if published is None:
-            return None
-        return lambda: published.append(counts()[1])
-    return Handout(tally, publisher, ended.append, failed.append, check_empty)
+def iteration(stage, *, stream=False, part=None, counts=None):
+    """An epoch loop over ``stage`` (its one epoch) and the iteration that reads it."""
+    loop = Epochs(lambda epoch: Tally(stage), EpochCounter(), mark_end=True)
+    return loop, Iteration([], loop, part or Part(None, None), counts or SharedCounts(),
+                           EpochCounter(), None, stream=stream)
 
 
-@pytest.mark.parametrize("publish", [False, True])
-def test_hands_over_every_item_counts_them_and_ends_once(publish):
-    ended, failed, published = [], [], [] if publish else None
-    tally = Tally(Echo(range(3), factor=2))
-    iterator = iter(hand_out(tally, ended, failed, published))
-    assert list(iterator) == [0, 0, 1, 1, 2, 2]
-    assert tally.counts() == (3, 6) and ended == [tally] and not failed
-    assert list(iterator) == [] and ended == [tally]  # a finished iteration stays finished
-    if publish:  # after every example, and once more at the end
-        assert published == [1, 2, 3, 4, 5, 6, 6]
+def test_hands_over_every_item_counts_them_and_ends_the_epoch_once():
+    counts = SharedCounts()
+    loop, it = iteration(Echo(range(3), factor=2), counts=counts)
+    iterator, seen = iter(it), []
+    for item in iterator:
+        seen.append((item, counts.total()))  # the training process reads them when asked
+    assert [item for item, _ in seen] == [0, 0, 1, 1, 2, 2]
+    assert [emitted for _, (_, emitted) in seen] == [1, 2, 3, 4, 5, 6]
+    assert loop.ended and loop.stats().emitted_examples == 6 and it.failed is None
+    assert list(iterator) == []  # a finished iteration stays finished
 
 
-@pytest.mark.parametrize("publish", [False, True])
-def test_a_read_error_sticks_at_every_later_call_naming_the_first(publish):
-    ended, failed = [], []
-    iterator = iter(hand_out(Tally(Closing(5, fail_at=(2,))), ended, failed,
-                             [] if publish else None))
+def test_a_read_error_sticks_at_every_later_call_naming_the_first_and_the_epoch():
+    loop, it = iteration(Closing(5, fail_at=(2,)))
+    iterator = iter(it)
     assert [next(iterator), next(iterator)] == [0, 1]
     with pytest.raises(OSError, match="transient read error at 2"):
         next(iterator)
     for _ in range(2):  # not a silent end of the epoch, though the source would go on
         with pytest.raises(RuntimeError, match=r"stopped at a read error \(OSError: "
-                           "transient read error at 2\\)") as info:
+                           r"transient read error at 2\).*rest of epoch 0.*set_epoch\(0\)"
+                           ) as info:
             next(iterator)
         assert isinstance(info.value.__cause__, OSError)
-    assert len(failed) == 1 and not ended
+    assert isinstance(it.failed, OSError) and not loop.ended
 
 
-def test_dropping_an_iteration_leaves_the_pipeline_open_for_the_next():
+def test_dropping_an_iteration_leaves_the_pipeline_open_and_its_position_in_the_state():
     source = Closing(4)
-    tally = Tally(source)
-    iterator = iter(hand_out(tally, [], []))
+    loop, it = iteration(source)
+    iterator = iter(it)
     assert next(iterator) == 0
     del iterator
     gc.collect()
-    assert source.closed == 0
-    assert list(hand_out(tally, [], [])) == [1, 2, 3]  # the next iteration reads on
+    assert source.closed == 0 and loop.stage is not None
+    assert loop.state_dict()["stage"]["yields"] == 1  # a checkpoint still says where
 
 
-def test_an_empty_epoch_of_a_stream_is_an_error_once_it_ends():
-    ended = []
-    tally = Tally(Source([1], shuffle=False))
-    next(tally)  # read before this iteration: nothing is left for it
-    iterator = iter(hand_out(tally, ended, [], check_empty=True))
-    assert list(iterator) == []  # not empty: the epoch handed over an item before
-    empty = Tally(Echo(iter([]), factor=2))
+def test_an_empty_pass_of_a_stream_is_an_error_naming_where():
+    _, it = iteration(Echo(iter([]), factor=2), stream=True)
     with pytest.raises(ValueError, match="yielded no examples in the training process"):
-        next(iter(hand_out(empty, ended, [], check_empty=True)))
+        list(it)
+    _, it = iteration(Echo(iter([]), factor=2))  # a map-style data set's part may be empty
+    assert list(it) == []
 
 
-def test_renew_at_the_first_item_replaces_the_pipeline_or_hands_out_nothing():
-    old, new = Tally(Source([1, 2], shuffle=False)), Tally(Source([7, 8], shuffle=False))
-    asked = []
-
-    def renew(tally):
-        asked.append(tally)
-        return new
-
-    handout = Handout(old, lambda counts: None, lambda tally: None, print, False, renew)
-    iterator = iter(handout)
-    assert asked == []  # asked at the first item, not when the iteration begins
-    assert list(iterator) == [7, 8] and asked == [old]
-    idle = Handout(old, lambda counts: None, lambda tally: None, print, False,
-                   lambda tally: None)
-    assert list(idle) == [] and old.counts() == (0, 0)
+def test_a_process_that_reads_nothing_does_not_start_an_epoch():
+    part = Part(None, None)
+    part.idle = True  # as a spawned worker of a process accelerate's dispatcher skips
+    loop, it = iteration(Closing(3), part=part)
+    assert list(it) == [] and loop.stage is None and loop.stats().emitted_examples == 0

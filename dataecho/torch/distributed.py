@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from .._checks import check_reiterable
 from ..stats import EchoStats
+from .ranks import Part
 
 
 def collective_device(group: Any = None) -> torch.device:
@@ -185,7 +186,8 @@ def stats_over_ranks(dataset: Any, group: Any = None) -> EchoStats:
         return own  # type: ignore[no-any-return]
     counts = torch.tensor([own.fresh_examples, own.emitted_examples], dtype=torch.int64,
                           device=collective_device(group))
-    sliced = getattr(dataset, "accelerate_split", None) == "sliced"
+    part = getattr(dataset, "part", None)  # an EchoDataset's: how a trainer splits it
+    sliced = isinstance(part, Part) and part.seen.get() == "sliced"
     dist.all_reduce(counts, op=dist.ReduceOp.MAX if sliced else dist.ReduceOp.SUM,
                     group=group)
     fresh, emitted = (int(v) for v in counts.tolist())

@@ -260,8 +260,8 @@ def _check_loader(loader: Any) -> None:
             f"ExactResume resumes the Trainer's train loader over an EchoDataset, which "
             f"accelerate prepared; got a {type(loader).__name__} over "
             f"{type(dataset).__name__}; pass the EchoDataset as the Trainer's train_dataset")
-    if isinstance(echo.factor, Auto):
+    if isinstance(echo.recipe.factor, Auto):
         raise ValueError(
             f"ExactResume resumes by reading the epoch again up to the checkpoint, which "
-            f"gives the same examples only for a fixed factor; {echo.factor!r} echoes by "
+            f"gives the same examples only for a fixed factor; {echo.recipe.factor!r} echoes by "
             "timing; pass a fixed factor")

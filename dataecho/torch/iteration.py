@@ -1,23 +1,28 @@
-"""What an ``EchoDataset`` hands the DataLoader, counted, in each worker.
+"""One iteration of an ``EchoDataset``: its live pipeline, counted as handed over.
 
-:class:`Tally` is the stage an ``EchoDataset``'s epoch loop builds for each epoch: the
-worker's pipeline, counted cheaply enough to publish after every example (in a
+:class:`Tally` is the stage an ``EchoDataset``'s recipe builds for each epoch: the
+reader's pipeline, counted cheaply enough to publish after every example (in a
 DataLoader worker; the training process reads its own when asked).
-:class:`Handout` is one iteration over it: it publishes the counts, ends the
-epoch, and makes a read error stick.
+:class:`Iteration` is what ``EchoDataset.__iter__`` returns: it decides which part the
+iteration reads, starts (or resumes) the epoch, hands the examples over, publishes the
+counts, ends the epoch, and makes a read error stick. It calls the epoch loop and the
+shared counts itself; nothing it is given calls back into the dataset.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, cast
 
 from torch.utils.data import get_worker_info
 
 from .._checks import state_int, state_mapping
-from ..stage import Stage, State
+from ..loop import Epochs
+from ..stage import Stage, State, StateMismatch
 from ..stats import Counting, EchoStats, chain
+from .ranks import Part
+from .workers import EpochCounter, SharedCounts
 
 
 class Tally(Stage[Any]):
@@ -97,48 +102,65 @@ class Tally(Stage[Any]):
         return repr(self.upstream)
 
 
-class Handout(Iterable[Any]):
+class Iteration(Iterable[Any]):
     """One iteration's examples, counted as handed over; a read error sticks.
+
+    Built eagerly (by ``EchoDataset.__iter__``): the epoch is claimed and its pipeline
+    built (and restored) now, so a state a ``StatefulDataLoader`` takes before the first
+    example already names this iteration's epoch. Where a trainer has not yet recorded
+    the loader that decides the split (accelerate's prepare takes a stateful loader's
+    state before), the part is decided again at the first example, and an epoch nothing
+    was read from is begun again for it.
 
     An error raised through a generator ends it, so the DataLoader's next call would see
     a normal end of the epoch; and the DataLoader drops the examples of the batch it was
     filling when a read fails, so going on after an error would lose them silently.
     The iterator is therefore a generator for the examples (the per-example path at a
-    generator's speed, the DataLoader's only cost besides the pipeline) chained to a
-    tail that, after an error, raises again at every call, naming the first error.
+    generator's speed) chained to a tail that, after an error, raises again at every
+    call, naming the first error.
 
     Args:
-        tally: the epoch's counted pipeline.
-        publisher: ``publisher(counts)`` makes the function to call after every example
-            that makes the counts so far visible to the training process, or returns
-            None where they are read when asked (``SharedCounts.publisher``).
-        end: ``end(tally)``, told once the epoch was read to its end.
-        fail: ``fail(error)``, told of a read error (any exception, interrupts too).
-        check_empty: a whole epoch without an example is an error (a stream's).
-        renew: ``renew(tally)``, asked at the first item: the pipeline to read, the
-            same or one built again (the iteration began before its reader knew its
-            split across processes), or None to hand out nothing.
-        epoch: the epoch read, named in the error that says how to read the rest.
+        dataset: the data set iterated, as a trainer's loader holds it (its identity).
+        loop: the data set's epoch loop, whose builder reads ``part``.
+        part: which part of the data this copy reads.
+        counts: the shared counts this iteration publishes to.
+        epochs: the shared epoch counter, for a checkpoint loaded in the training process.
+        load: the number of such a checkpoint not resumed yet by this copy, or None.
+        stream: the data is a stream: a whole pass without an example is an error.
 
     Example:
         >>> from dataecho import Echo
-        >>> ended = []
-        >>> out = Handout(Tally(Echo(range(2), factor=2)), lambda counts: lambda: None,
-        ...               ended.append, print, check_empty=False)
-        >>> list(out), len(ended)
-        ([0, 0, 1, 1], 1)
+        >>> from dataecho.loop import Epochs
+        >>> loop = Epochs(lambda epoch: Tally(Echo(range(2), factor=2)))
+        >>> it = Iteration([], loop, Part(None, None), SharedCounts(), EpochCounter(), None,
+        ...                stream=False)
+        >>> list(it), loop.stats().emitted_examples
+        ([0, 0, 1, 1], 4)
     """
 
-    def __init__(self, tally: Tally,
-                 publisher: Callable[[Callable[[], tuple[int, int]]], Callable[[], None] | None],
-                 end: Callable[[Tally], None], fail: Callable[[BaseException], None],
-                 check_empty: bool,
-                 renew: Callable[[Tally], Tally | None] | None = None, epoch: int = 0) -> None:
-        self._tally, self._publisher, self._end, self._fail = tally, publisher, end, fail
-        self._epoch = epoch
-        self._publish = publisher(tally.counts)
-        self._check_empty, self._renew = check_empty, renew
-        self._error: BaseException | None = None
+    def __init__(self, dataset: object, loop: Epochs, part: Part, counts: SharedCounts,
+                 epochs: EpochCounter, load: int | None, *, stream: bool) -> None:
+        self._dataset, self._loop, self._part, self._counts = dataset, loop, part, counts
+        self.failed: BaseException | None = None  # the read error that stopped it
+        self._tally: Tally | None = None  # None: hands out nothing
+        self._check_empty = self._restored = False
+        self._undecided = part.undecided(dataset)
+        self._read_as = part.decide(dataset)  # what this iteration's pipeline reads
+        if self._read_as is None:
+            return  # a process whose trainer reads the data elsewhere
+        if load is not None and loop.pending and not epochs.take(load):
+            loop.drop_pending()  # an earlier iteration resumed it
+        restoring = loop.pending
+        self._check_empty = stream and not restoring  # a restored pass may be empty
+        try:
+            stage = loop.start()
+        except ValueError as error:
+            if not restoring:
+                raise
+            raise ValueError(refusal(error)) from error
+        self._restored = restoring
+        if not loop.ended:  # restored after this epoch's end: nothing is left
+            self._tally = cast(Tally, stage)
 
     def __iter__(self) -> Iterator[Any]:
         # chain() calls the generator until it is done, ended or failed, then the
@@ -147,13 +169,10 @@ class Handout(Iterable[Any]):
         return itertools.chain(self._examples(), iter(self._after, None))
 
     def _examples(self) -> Iterator[Any]:
-        tally, publish = self._tally, self._publish
-        if self._renew is not None:  # asked at the first item, not when the loader begins
-            renewed = self._renew(tally)
-            if renewed is None:
-                return
-            if renewed is not tally:
-                tally, publish = renewed, self._publisher(renewed.counts)
+        tally = self._redecided() if self._undecided else self._tally
+        if tally is None:
+            return
+        publish = self._counts.publisher(tally.counts)
         try:
             # Not `yield from`: it would close the pipeline when an iteration is dropped,
             # and the next one reads on from the same pipeline.
@@ -167,25 +186,43 @@ class Handout(Iterable[Any]):
             # KeyboardInterrupt and SystemExit too: a read interrupted in a notebook
             # ends this generator as any error does, and the loop run again must not
             # see a clean end of the epoch.
-            self._error = error
-            self._fail(error)
+            self.failed = error
             raise
         if publish is not None:
             publish()
-        self._end(tally)
+        if self._loop.stage is tally:  # not replaced by set_epoch or a restore meanwhile
+            self._loop.end()
         if self._check_empty and not tally.yields:
             raise ValueError(empty_message())
 
+    def _redecided(self) -> Tally | None:
+        """The pipeline to read, the split decided again at the first example."""
+        tally = self._tally
+        if tally is None or self._loop.stage is not tally:
+            return tally  # set_epoch or a restore replaced it: read on as before
+        read_as = self._part.decide(self._dataset)
+        if read_as is None:
+            return None  # a process accelerate's dispatcher leaves idle
+        if read_as == self._read_as or self._restored or tally.yields:
+            return tally
+        # Nothing was read from this epoch: begin it again, from its start, for the
+        # part decided now (its state at the start is the epoch's, with no position).
+        state = self._loop.state_dict()
+        self._loop.load_state_dict({**state, "stage": None}, "EchoDataset")
+        self._tally = cast(Tally, self._loop.start())
+        return self._tally
+
     def _after(self) -> Any:
-        if self._error is None:
+        if self.failed is None:
             raise StopIteration
+        epoch = self._loop.epoch
         raise RuntimeError(
             f"this EchoDataset iteration stopped at a read error "
-            f"({type(self._error).__name__}: {self._error}) and cannot go on: the "
+            f"({type(self.failed).__name__}: {self.failed}) and cannot go on: the "
             "DataLoader dropped the examples of the batch it was filling; to read the "
-            f"rest of epoch {self._epoch}, restore the checkpoint taken before the error, "
-            f"or call set_epoch({self._epoch}) on the dataset and iterate again (which "
-            "reads the whole epoch again)") from self._error
+            f"rest of epoch {epoch}, restore the checkpoint taken before the error, "
+            f"or call set_epoch({epoch}) on the dataset and iterate again (which "
+            "reads the whole epoch again)") from self.failed
 
 
 def empty_message() -> str:
@@ -196,3 +233,33 @@ def empty_message() -> str:
     return (f"dataset yielded no examples in {where} for a whole epoch: the stream is "
             "empty, or this reader's part of it is (fewer stream shards than DataLoader "
             "workers times ranks); check the stream's files, or use fewer workers")
+
+
+# What differs when a checkpoint's pipeline refuses it, in EchoDataset's words.
+_SPLIT = {"reader", "shard_index", "num_shards", "shard"}  # which part a reader reads
+_ARGUMENTS = {"factor": "factor", "max_factor": "factor", "min_fresh": "factor",
+              "buffer_size": "buffer_size", "seed": "seed", "size": "dataset (its length)",
+              "shuffle": "read=Indexed(shuffle=...)",
+              "drop_remainder": "read=Indexed(drop_remainder=...)", "fn": "augment",
+              "random": "augment", "augment": "augment", "batch_size": "factor",
+              "stage": "echo, factor or augment (the pipeline's stages differ)",
+              "version": "dataecho version"}
+
+
+def refusal(error: ValueError) -> str:
+    """Why a checkpoint cannot resume here, naming what differs and its fix.
+
+    Example:
+        >>> refusal(ValueError("damaged"))[:45]
+        'EchoDataset cannot resume this checkpoint her'
+    """
+    head = f"EchoDataset cannot resume this checkpoint here ({error})"
+    if not isinstance(error, StateMismatch):
+        return f"{head}; pass the state saved from this EchoDataset's checkpoint"
+    if _SPLIT & set(error.fields):
+        return (f"{head}: it was taken with another number of DataLoader workers or ranks; "
+                "resume with the ones it was taken with, or checkpoint with torchdata's "
+                "StatefulDataLoader, which saves and restores every worker")
+    names = sorted({_ARGUMENTS.get(field, field) for field in error.fields})
+    return (f"{head}: it was taken with another {' and '.join(names)}; construct the "
+            "EchoDataset with the arguments it was taken with to resume it")

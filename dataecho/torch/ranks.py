@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from .._checks import check_positive_int
+from . import accelerated
 
 
 def check_rank(rank: int | None, world_size: int | None) -> tuple[int | None, int | None]:
@@ -95,3 +97,46 @@ def shard_of(rank: int | None = None, world_size: int | None = None) -> tuple[in
         )
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank * workers + worker, world_size * workers
+
+
+class Part:
+    """Which part of the data one copy of an ``EchoDataset`` reads, decided per iteration.
+
+    Its rank's part (``rank``/``world_size`` as given, else ``torch.distributed``'s),
+    or where a trainer splits the data itself (accelerate's prepared loaders, so the
+    Hugging Face ``Trainer``) what that trainer has it read
+    (:func:`dataecho.torch.accelerated.reads_as`). Pickled for spawned DataLoader
+    workers, which have no process group, it carries the ranks resolved here.
+
+    Args:
+        rank: the DDP rank, with ``world_size``; both None: from ``torch.distributed``.
+        world_size: the number of DDP ranks, with ``rank``.
+
+    Example:
+        >>> part = Part(1, 2)
+        >>> part.decide([1, 2]), part.read_as
+        ((1, 2), (1, 2))
+    """
+
+    def __init__(self, rank: int | None, world_size: int | None) -> None:
+        self.rank, self.world_size = check_rank(rank, world_size)
+        #: What the live iteration reads as: (rank, world_size), or None for nothing.
+        self.read_as: tuple[int | None, int | None] | None = (self.rank, self.world_size)
+        self.idle = False  # a spawned worker of a process that reads nothing
+        self.seen = accelerated.SeenSplit()  # how a trainer splits it, as any copy saw
+
+    def decide(self, dataset: object) -> tuple[int | None, int | None] | None:
+        """Decides (and returns) what ``dataset`` reads now: see :attr:`read_as`."""
+        self.read_as = None if self.idle else accelerated.reads_as(
+            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen)
+        return self.read_as
+
+    def undecided(self, dataset: object) -> bool:
+        """Whether a trainer may still record the loader that decides the split."""
+        return get_worker_info() is None and accelerated.undecided(dataset)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["idle"] = self.read_as is None
+        state["rank"], state["world_size"] = resolve_rank(*(self.read_as or (None, None)))
+        return state

@@ -1,0 +1,109 @@
+"""What an ``EchoDataset`` builds for each epoch: its arguments, checked, as one value.
+
+:class:`Recipe` is the dataset's configuration, frozen: the data, the augmentation, the
+variant, the factor, the window, the seed and how the data is read. It builds one
+epoch's counted pipeline for the part of the data a reader reads
+(:meth:`Recipe.tally`), so an iteration never asks the dataset for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._checks import check_augment, check_positive_int, check_seed
+from ..factor import Auto, as_factor
+from ..pipeline import pipeline
+from ..readers import as_stage
+from ..source import Source
+from ..stage import Stage
+from ..stride import Shard
+from ..variants import EXAMPLE_LEVEL, Variant, check_variant
+from .iteration import Tally
+from .ranks import Part, resolve_rank, shard_of
+from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An ``EchoDataset``'s arguments, checked; builds each epoch's pipeline.
+
+    Build it with :meth:`of`, which checks the arguments together (see
+    :class:`dataecho.torch.EchoDataset` for each one's meaning).
+
+    Example:
+        >>> recipe = Recipe.of([1, 2, 3], None, "before_augmentation", 2, 1, 0, None)
+        >>> sorted(recipe.tally(Part(None, None), epoch=0))
+        [1, 1, 2, 2, 3, 3]
+    """
+
+    dataset: Any
+    augment: Callable[..., Any] | None
+    echo: Variant
+    factor: float | Auto
+    buffer_size: int | None
+    seed: int
+    read: Indexed | Streamed
+
+    @classmethod
+    def of(cls, dataset: Any, augment: object, echo: object, factor: object,
+           buffer_size: object, seed: object, read: object) -> Recipe:
+        """The checked recipe; raises ``TypeError``/``ValueError`` naming the argument."""
+        check_augment(augment)
+        check_variant(echo, allowed=EXAMPLE_LEVEL,
+                      hint="for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches")
+        factor = as_factor(factor)  # type: ignore[arg-type]
+        return cls(dataset, augment, echo, factor,  # type: ignore[arg-type]
+                   _window(factor, buffer_size), check_seed(seed), read_of(dataset, read))
+
+    def tally(self, part: Part, epoch: int) -> Tally:
+        """One epoch's pipeline for the part ``part`` reads now, counted as handed over."""
+        rank, world_size = part.read_as or (None, None)
+        shard, shards = shard_of(rank, world_size)
+        data = self._stream(epoch, shard, shards, world_size) if isinstance(
+            self.read, Streamed) else Source(
+                self.dataset, shuffle=self.read.shuffle, seed=self.seed, epoch=epoch,
+                shard_index=shard, num_shards=shards, drop_remainder=self.read.drop_remainder)
+        stage = pipeline(data, augment=self.augment, echo=self.echo, factor=self.factor,
+                         batch_size=None, buffer_size=self.buffer_size, seed=self.seed,
+                         epoch=epoch, shard_index=shard)
+        return Tally(stage, (shard, shards))
+
+    def _stream(self, epoch: int, shard: int, shards: int, world_size: int | None) -> Stage[Any]:
+        """This reader's part of the stream, for one epoch."""
+        reader = reader_for(self.dataset, shard, shards, epoch)
+        if reader is not None:  # a reader that splits whole shards: TarShards
+            return reader  # type: ignore[no-any-return]
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+        check_node_split(self.dataset, resolve_rank(None, world_size)[1])
+        source = as_stage(self.dataset, "dataset")
+        split = self.read.split  # type: ignore[union-attr]
+        if shards > 1 and split is None:
+            raise ValueError(
+                f"read=Streamed(split=...) must say who splits the stream "
+                f"({type(self.dataset).__name__}) across the {shards} readers (DataLoader "
+                "workers times ranks), got split=None; pass Streamed(split='stream') if the "
+                "stream splits itself by worker and rank (reads get_worker_info()), or "
+                "Streamed(split='dataecho') to have every reader read it all and keep its "
+                "share")
+        return Shard(source, shard, shards) if shards > 1 and split == "dataecho" else source
+
+
+def _window(factor: float | Auto, buffer_size: object) -> int | None:
+    """The shuffle window after the echo, checked against the factor."""
+    if not isinstance(factor, Auto):  # the default window is pipeline()'s to choose
+        return None if buffer_size is None else check_positive_int(buffer_size, "buffer_size")
+    if factor.agree is not None:
+        raise ValueError(
+            f"factor={factor!r}: DataLoader workers have no process group to agree "
+            "through; drop agree, and wrap the loader in "
+            "dataecho.torch.distributed.EqualSteps(loader) for equal steps per rank")
+    if buffer_size is not None:
+        raise ValueError(
+            f"buffer_size is the post-echo shuffle of a fixed factor; with {factor!r} "
+            f"the adaptive stage spreads copies by its own buffer, got buffer_size="
+            f"{buffer_size!r}; pass factor=dataecho.Auto(buffer_size={buffer_size!r})")
+    return None
