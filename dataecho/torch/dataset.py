@@ -18,8 +18,9 @@ from ..stage import Stage, State
 from ..stats import EchoStats
 from .iteration import Iteration
 from .ranks import Part
-from .reading import Indexed, Streamed, check_node_split, inexact_resume
+from .reading import Indexed, Streamed
 from .recipe import Recipe
+from .streams import reader_of
 from .workers import EpochCounter, SharedCounts
 
 
@@ -98,11 +99,14 @@ class EchoDataset(IterableDataset[Any]):
         self.recipe = Recipe.of(dataset, augment, echo, factor, buffer_size, seed, read)
         #: Which part of the data this copy reads (its rank's, or a trainer's split).
         self.part = Part(rank, world_size)
-        if isinstance(self.recipe.read, Streamed):
-            check_node_split(dataset, self.part.world_size)
-        elif self.part.rank is not None and self.part.world_size is not None:
-            Source.check_shards(len(dataset), self.part.rank, self.part.world_size,
-                                self.recipe.read.drop_remainder)
+        read, stream = self.recipe.read, None
+        if isinstance(read, Indexed) and self.part.world_size is not None:
+            Source.check_shards(len(dataset), self.part.rank or 0, self.part.world_size,
+                                read.drop_remainder)
+        elif isinstance(read, Streamed):
+            stream = reader_of(dataset)
+            if stream.check is not None:
+                stream.check(dataset, self.part.world_size)
         # The epoch in shared memory: the worker copies of an iteration agree on it, and
         # each new iteration reads the next (Lightning never calls set_epoch on an
         # IterableDataset).
@@ -111,7 +115,9 @@ class EchoDataset(IterableDataset[Any]):
         self._counts = SharedCounts()  # what the workers counted, for stats()
         self._load: int | None = None  # a checkpoint loaded here: one iteration resumes it
         self._live: Iteration | None = None  # the latest iteration of this copy
-        self._inexact = inexact_resume(dataset)  # warned at the first checkpoint
+        # Why the stream's own checkpoint is inexact, warned at the first checkpoint.
+        self._inexact = None if stream is None or stream.inexact is None else stream.inexact(
+            dataset)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers (spawn, forkserver), which have no process

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
 
 from torch.utils.data import IterableDataset
 
 from .._checks import check_bool
-from ..map import Map
 from ..stage import Stage
-
-Split = Literal["stream", "dataecho"]
+from .streams import Split, reader_of
 
 
 @dataclass(frozen=True)
@@ -143,82 +140,10 @@ def is_stream(dataset: object) -> bool:
 
 
 def _split_of(dataset: object, split: Split | None) -> Split | None:
-    if reader_for(dataset, 0, 1, 0, probe=True) is not None:
-        if split == "stream":
-            raise ValueError(
-                f"{type(dataset).__name__} is split by dataecho, one reader of whole shards "
-                f"per worker and rank (its with_reader()), got Streamed(split='stream'); "
-                "drop split")
-        return "dataecho"
-    module = type(dataset).__module__.split(".")[0]
-    # WebDataset, Hugging Face, LitData and Mosaic (``streaming``) split themselves.
-    if split is None and module in ("webdataset", "datasets", "litdata", "streaming"):
-        return "stream"
-    return split
-
-
-def check_node_split(dataset: object, world_size: int | None) -> None:
-    """Refuses a Hugging Face stream that every rank would read whole (duplicates).
-
-    Example:
-        >>> check_node_split([1, 2], world_size=2)
-    """
-    hf = type(dataset).__module__.split(".")[0] == "datasets"
-    # datasets records split_dataset_by_node in this attribute (checked on 2.x-5.x);
-    # a version without it is not checked rather than refused.
-    if (hf and world_size is not None and world_size > 1 and hasattr(dataset, "_distributed")
-            and getattr(dataset, "_distributed", None) is None):
+    reader = reader_of(dataset)
+    if reader.shards is not None and split == "stream":
         raise ValueError(
-            f"dataset is a Hugging Face stream that every one of the {world_size} ranks would "
-            "read whole, duplicating every example; split it first with "
-            "datasets.distributed.split_dataset_by_node(dataset, rank=rank, "
-            "world_size=world_size)")
-
-
-def inexact_resume(stream: object) -> str | None:
-    """Why ``stream``'s own checkpoint cannot resume it exactly, or None.
-
-    A Hugging Face stream shuffled with ``.shuffle(seed, buffer_size)`` leaves its
-    shuffle buffer out of its ``state_dict()``: a resume loses the examples that were
-    in the buffer (with DataLoader workers, some versions fail inside ``datasets``).
-
-    Example:
-        >>> inexact_resume([1, 2]) is None
-        True
-    """
-    if type(stream).__module__.split(".")[0] != "datasets":
-        return None
-    # datasets keeps its steps as a chain of examples iterables (checked on 2.x-5.x).
-    part, seen = getattr(stream, "_ex_iterable", None), 0
-    while part is not None and seen < 64:
-        if type(part).__name__ == "BufferShuffledExamplesIterable":
-            return (f"the Hugging Face stream {type(stream).__name__} was shuffled with a "
-                    f"buffer (.shuffle(seed, buffer_size={getattr(part, 'buffer_size', '?')}"
-                    ")), which its state_dict() leaves out, so a resume loses the examples "
-                    "in that buffer; drop .shuffle() on the stream and let EchoDataset's "
-                    "window shuffle (EchoDataset(..., buffer_size=...)), which a checkpoint "
-                    "restores exactly")
-        part, seen = getattr(part, "ex_iterable", None), seen + 1
-    return None
-
-
-def reader_for(stream: object, shard_index: int, num_shards: int, epoch: int, *,
-               probe: bool = False) -> Any:
-    """The stream rebuilt for one reader of whole shards, or None if it cannot be.
-
-    A stage with ``with_reader`` (``TarShards``) gives its own reader; ``Map`` stages over
-    one (a decode) are rebuilt over that reader with the same function and seed.
-
-    Example:
-        >>> reader_for([1, 2], 0, 1, 0) is None
-        True
-    """
-    if isinstance(stream, Map):
-        inner = reader_for(stream.upstream, shard_index, num_shards, epoch, probe=probe)
-        if inner is None or probe:
-            return inner
-        return Map(inner, stream.fn, seed=stream.seed, random=stream.random)
-    with_reader = getattr(stream, "with_reader", None)
-    if not callable(with_reader):
-        return None
-    return stream if probe else with_reader(shard_index, num_shards, epoch)
+            f"{type(dataset).__name__} is split by dataecho, one reader of whole shards "
+            f"per worker and rank (its with_reader()), got Streamed(split='stream'); "
+            "drop split")
+    return reader.split if split is None or reader.shards is not None else split

@@ -22,7 +22,8 @@ from ..stride import Shard
 from ..variants import EXAMPLE_LEVEL, Variant, check_variant
 from .iteration import Tally
 from .ranks import Part, resolve_rank, shard_of
-from .reading import Indexed, Streamed, check_node_split, read_of, reader_for
+from .reading import Indexed, Streamed, read_of
+from .streams import reader_of
 
 
 @dataclass(frozen=True)
@@ -72,13 +73,14 @@ class Recipe:
 
     def _stream(self, epoch: int, shard: int, shards: int, world_size: int | None) -> Stage[Any]:
         """This reader's part of the stream, for one epoch."""
-        reader = reader_for(self.dataset, shard, shards, epoch)
-        if reader is not None:  # a reader that splits whole shards: TarShards
-            return reader  # type: ignore[no-any-return]
+        reader = reader_of(self.dataset)
+        if reader.shards is not None:  # it reads whole shards: TarShards
+            return as_stage(reader.shards(self.dataset, shard, shards, epoch), "dataset")
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-        check_node_split(self.dataset, resolve_rank(None, world_size)[1])
+        if reader.check is not None:
+            reader.check(self.dataset, resolve_rank(None, world_size)[1])
         source = as_stage(self.dataset, "dataset")
         split = self.read.split  # type: ignore[union-attr]
         if shards > 1 and split is None:
