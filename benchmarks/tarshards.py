@@ -9,7 +9,10 @@ the same gzip-compressed, and the same samples written by ``webdataset.TarWriter
 the reader's CPU alone. The ``tarfile`` walk is the reader dataecho used before its
 own (the same grouping and checks, the headers parsed by ``tarfile``). Each repeat
 times both readers on every kind, alternating which goes first; the table reports
-medians over the repeats. Writes benchmarks/results/tarshards.json and .md.
+medians over the repeats. A last column times the dataecho reader on the same shards
+streamed over loopback HTTP (``dataecho.download.Stream``, default read-ahead) from a
+``python -m http.server`` in another process: the transfer, one connection a shard and
+the read-ahead thread included. Writes benchmarks/results/tarshards.json and .md.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import json
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -31,6 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from dataecho.demo.remote import write_shards
+from dataecho.download import Stream
 from dataecho.tarformat import ShardError, iter_samples
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +136,31 @@ def per_sample(reader: Reader, data: list[bytes]) -> float:
     return 1e6 * (time.perf_counter() - t0) / n
 
 
+def streamed(urls: list[str]) -> float:
+    """µs per sample of reading every shard as it arrives over HTTP."""
+    t0 = time.perf_counter()
+    n = 0
+    for url in urls:
+        with Stream(url) as body:
+            for _ in iter_samples(body, url):  # type: ignore[arg-type]
+                n += 1
+    return 1e6 * (time.perf_counter() - t0) / n
+
+
+def serve(root: str) -> tuple[subprocess.Popen[str], str]:
+    """An HTTP server for ``root`` in another process (no GIL shared with the reader)."""
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
+                               "127.0.0.1", "--directory", root], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    # "Serving HTTP on 127.0.0.1 port N (http://127.0.0.1:N/) ..."
+    line = server.stdout.readline() if server.stdout is not None else ""
+    port = re.search(r"port (\d+)", line)
+    if port is None:
+        server.kill()
+        raise SystemExit(f"http.server did not start: {line!r}")
+    return server, f"http://127.0.0.1:{port.group(1)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shards", type=int, default=8)
@@ -148,12 +179,28 @@ def main() -> None:
             order = list(readers) if repeat % 2 == 0 else list(readers)[::-1]
             for name in order:
                 times[kind][name].append(per_sample(readers[name], data))
+    with tempfile.TemporaryDirectory() as root:
+        urls: dict[str, list[str]] = {}
+        for k, (kind, data) in enumerate(kinds.items()):
+            for i, shard in enumerate(data):
+                (Path(root) / f"{k}-{i}.tar").write_bytes(shard)
+            urls[kind] = [f"{k}-{i}.tar" for i in range(len(data))]
+        server, base = serve(root)
+        try:
+            for _ in range(args.repeats):
+                for kind in kinds:
+                    times[kind].setdefault("streamed", []).append(
+                        streamed([f"{base}/{name}" for name in urls[kind]]))
+        finally:
+            server.kill()
+            server.wait()
     rows = []
     for kind in kinds:
         old, new = (statistics.median(times[kind][r]) for r in readers)
-        ratios = [a / b for a, b in zip(*times[kind].values(), strict=True)]
+        ratios = [a / b for a, b in zip(*(times[kind][r] for r in readers), strict=True)]
         rows.append({"shards": kind, "tarfile_us": old, "dataecho_us": new,
-                     "speedup": statistics.median(ratios)})
+                     "speedup": statistics.median(ratios),
+                     "streamed_us": statistics.median(times[kind]["streamed"])})
     samples = args.shards * PER_SHARD
     result = {"machine": platform.platform(), "python": platform.python_version(),
               "source": source, "shards": args.shards, "samples": samples,
@@ -164,12 +211,16 @@ def main() -> None:
         f"{args.shards} in-memory shards of {PER_SHARD} samples ({samples} in all: {source}, "
         f"PNG + .cls), read whole; medians of {args.repeats} repeats, both readers in each. "
         f"Python {result['python']} on {result['machine']}. "
+        "The last column reads the same shards as they arrive over loopback HTTP from "
+        "`python -m http.server` in another process (`dataecho.download.Stream`, the "
+        "transfer and one connection a shard included), medians of as many repeats. "
         "Written by `benchmarks/tarshards.py`.",
         "",
-        "| shards | tarfile walk (µs) | dataecho reader (µs) | speedup |",
-        "|---|---:|---:|---:|",
+        "| shards | tarfile walk (µs) | dataecho reader (µs) | speedup | dataecho, streamed "
+        "over loopback HTTP (µs) |",
+        "|---|---:|---:|---:|---:|",
         *(f"| {r['shards']} | {r['tarfile_us']:.1f} | {r['dataecho_us']:.1f} | "
-          f"{r['speedup']:.2f}x |" for r in rows),
+          f"{r['speedup']:.2f}x | {r['streamed_us']:.1f} |" for r in rows),
         "",
     ]
     RESULTS.mkdir(exist_ok=True)

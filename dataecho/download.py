@@ -448,6 +448,15 @@ class Stream(io.BufferedIOBase):
 
         A failure after some of them arrived returns those; the next read raises it.
         """
+        pipe = self._pipe
+        if size is not None and size > 0 and not self.closed:
+            with pipe.lock:  # the usual case, one sample's bytes in the oldest piece: a slice
+                if pipe.pieces and pipe.start + size < len(pipe.pieces[0]):
+                    start = pipe.start
+                    pipe.start, pipe.size = start + size, pipe.size - size
+                    if pipe.full:
+                        pipe.lock.notify_all()
+                    return pipe.pieces[0][start : start + size]
         parts, want = [], math.inf if size is None or size < 0 else size
         try:
             while want > 0 and (part := self.read1(int(min(want, _PIECE)))):
@@ -487,7 +496,8 @@ class Stream(io.BufferedIOBase):
                 else:
                     pipe.start = end
             pipe.size -= taken
-            pipe.lock.notify_all()
+            if pipe.full:
+                pipe.lock.notify_all()
         return out[0] if len(out) == 1 else b"".join(out)
 
     def readinto(self, buffer: Any, /) -> int:
@@ -513,6 +523,7 @@ class _Pipe:
         self.size = 0  # bytes held, less those of pieces[0] already read
         self.lock = threading.Condition()
         self.done = False
+        self.full = False  # the thread waits for the reader to make room
         self.error: BaseException | None = None
         self.cancel = threading.Event()
         self.begun = threading.Event()  # the first good answer arrived, or the thread ended
@@ -528,7 +539,9 @@ def _receive(transfer: _Transfer, pipe: _Pipe, after: threading.Event | None) ->
                 # An empty buffer takes any piece, so a read-ahead below a piece still runs.
                 while (pipe.size and pipe.size + len(piece) > pipe.capacity
                        and not pipe.cancel.is_set()):
+                    pipe.full = True  # the reader wakes this thread only when it waits
                     pipe.lock.wait()
+                pipe.full = False
                 if pipe.cancel.is_set():
                     return
                 pipe.pieces.append(piece)
