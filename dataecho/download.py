@@ -72,6 +72,10 @@ def fetch(url: str, *, retries: int = 5, backoff: float = 0.05, timeout: float =
           cancel: threading.Event | None = None) -> bytes:
     """Downloads ``url``, retrying transient failures, within a size and a time limit.
 
+    The whole body is returned, so it is held in memory (up to ``max_bytes``); a large
+    body is better read as it arrives through a :class:`Stream`, as
+    :class:`dataecho.TarShards` reads its shards.
+
     Retried: HTTP 5xx, 408 and 429, refused or reset connections, timeouts, and
     bodies shorter than their ``Content-Length``. Attempt ``k`` (from 1) after a
     failure waits ``backoff * 2**(k - 1)`` seconds, at most 10. A body cut short is
