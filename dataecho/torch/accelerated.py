@@ -79,15 +79,17 @@ class SeenSplit:
         return self._CODES[int(self._code.value)]
 
 
-def reads_as(dataset: object, rank: int | None, world_size: int | None,
-             process: int | None, seen: SeenSplit) -> tuple[int | None, int | None] | None:
-    """The rank and world size ``dataset`` reads as, or None where it reads nothing.
+def reads_as(dataset: object, rank: int | None, world_size: int | None, process: int | None,
+             seen: SeenSplit) -> tuple[tuple[int | None, int | None] | None, bool]:
+    """The rank and world size ``dataset`` reads as (None: nothing), and whether that is final.
 
     Under a loader that accelerate prepared, the whole epoch (rank 0 of 1): on process
     0 alone when batches are dispatched (the other processes' iterations, which
     accelerate starts but never reads, read nothing), on every process when each keeps
     its slice. Elsewhere ``(rank, world_size)`` as given. The split seen is recorded in
-    ``seen``, for every copy of the data set.
+    ``seen``, for every copy of the data set. Not final while accelerate is set up but
+    has recorded no loader of ``dataset``: its prepare takes a stateful loader's state,
+    which begins an iteration, before it records the loader.
 
     Args:
         dataset: the data set a loader may be reading.
@@ -100,12 +102,13 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None,
         ValueError: ``rank``/``world_size`` were given for a data set accelerate splits.
 
     Example:
-        >>> reads_as([1, 2], 1, 2, None, SeenSplit())
+        >>> reads_as([1, 2], 1, 2, None, SeenSplit())[0]
         (1, 2)
     """
     split = split_of(dataset)
     if split is None:
-        return rank, world_size
+        state = sys.modules.get("accelerate.state")
+        return (rank, world_size), state is None or not state.is_initialized()
     seen.record(split)
     if world_size not in (None, 1):
         how = ("process 0 reads the data for every process" if split == "dispatched"
@@ -116,23 +119,8 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None,
             "would train on a part of its own part; drop rank and world_size "
             "(EchoDataset then reads the whole epoch under accelerate)")
     if split == "dispatched" and (process or 0) != 0:
-        return None
-    return 0, 1
-
-
-def undecided(dataset: object) -> bool:
-    """Whether accelerate may yet record a loader of ``dataset`` (its split not known).
-
-    accelerate's prepare takes a stateful loader's state, which begins an iteration in
-    the training process, before it records the loader: the part such an iteration
-    reads is decided again at its first example.
-
-    Example:
-        >>> undecided([1, 2]) in (True, False)  # True only once accelerate is set up
-        True
-    """
-    state = sys.modules.get("accelerate.state")
-    return bool(state is not None and state.is_initialized() and split_of(dataset) is None)
+        return None, True
+    return (0, 1), True
 
 
 # How deep a wrapper may hold the data set: IterableDatasetShard, the user's own

@@ -144,8 +144,8 @@ class Iteration(Iterable[Any]):
         self.failed: BaseException | None = None  # the read error that stopped it
         self._tally: Tally | None = None  # None: hands out nothing
         self._check_empty = self._restored = False
-        self._undecided = part.undecided(dataset)
         self._read_as = part.decide(dataset)  # what this iteration's pipeline reads
+        self._undecided = not part.final
         if self._read_as is None:
             return  # a process whose trainer reads the data elsewhere
         if load is not None and loop.pending and not epochs.take(load):

@@ -123,17 +123,22 @@ class Part:
         #: What the live iteration reads as: (rank, world_size), or None for nothing.
         self.read_as: tuple[int | None, int | None] | None = (self.rank, self.world_size)
         self.idle = False  # a spawned worker of a process that reads nothing
+        self.final = True  # the decision cannot change (see decide)
         self.seen = accelerated.SeenSplit()  # how a trainer splits it, as any copy saw
 
     def decide(self, dataset: object) -> tuple[int | None, int | None] | None:
-        """Decides (and returns) what ``dataset`` reads now: see :attr:`read_as`."""
-        self.read_as = None if self.idle else accelerated.reads_as(
-            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen)
-        return self.read_as
+        """Decides (and returns) what ``dataset`` reads now: see :attr:`read_as`.
 
-    def undecided(self, dataset: object) -> bool:
-        """Whether a trainer may still record the loader that decides the split."""
-        return get_worker_info() is None and accelerated.undecided(dataset)
+        :attr:`final` says whether the decision can still change: not while a trainer
+        may yet record the loader that splits the data (in the training process).
+        """
+        if self.idle:
+            self.read_as, self.final = None, True
+            return None
+        self.read_as, final = accelerated.reads_as(
+            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen)
+        self.final = final or get_worker_info() is not None  # workers start split
+        return self.read_as
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
