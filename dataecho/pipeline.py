@@ -13,6 +13,7 @@ from .map import Map
 from .shuffle import Shuffle, window_of
 from .source import Source
 from .stage import Stage
+from .timing import Timed, Timing
 from .variants import ECHO_AFTER, VARIANTS, Variant, batched_examples, check_variant, echo_stage
 
 __all__ = ["VARIANTS", "Variant", "pipeline"]
@@ -31,6 +32,7 @@ def pipeline(
     seed: int = 0,
     epoch: int | None = None,
     shard_index: int | None = None,
+    timing: Timing | None = None,
 ) -> Stage[Any]:
     """Builds ``read -> [echo] -> augment -> [echo] -> shuffle -> batch -> [echo]``.
 
@@ -70,6 +72,8 @@ def pipeline(
             Default: a ``Source`` passed as ``data`` names it, else 0.
         shard_index: this reader's shard (rank * num_workers + worker), a key of the
             later stages' seeds. Default: as ``epoch``; a data set is read whole (0).
+        timing: where to time the read and the augmentation (a
+            :class:`dataecho.timing.Timing`), or None not to time them.
 
     Example:
         >>> import numpy as np
@@ -82,8 +86,8 @@ def pipeline(
         batch_size = check_positive_int(batch_size, "batch_size")
     echo, factor, window = _settle(echo, factor, batch_size, buffer_size)
     stage, keys = _read(data, check_seed(seed), epoch, shard_index)
-    return _order(stage, echo, factor, keys, augment=augment,
-                  batch_size=batch_size, window=window, drop_last=drop_last, collate=collate)
+    return _order(stage, echo, factor, keys, augment=augment, batch_size=batch_size,
+                  window=window, drop_last=drop_last, collate=collate, timing=timing)
 
 
 def _settle(echo: Variant | None, factor: float | Auto | Literal["auto"] | None,
@@ -140,14 +144,15 @@ def _read(data: Sequence[Any] | Stage[Any], seed: int, epoch: int | None,
 def _order(stage: Stage[Any], echo: Variant | None, factor: float | Auto,
            keys: tuple[int, int, int], *, augment: Callable[..., Any] | None,
            batch_size: int | None, window: int, drop_last: bool,
-           collate: Callable[[list[Any]], Any] | None) -> Stage[Any]:
+           collate: Callable[[list[Any]], Any] | None, timing: Timing | None) -> Stage[Any]:
     """``read -> [echo] -> augment -> [echo] -> shuffle -> batch -> [echo -> shuffle]``.
 
     The one place the variants' order lives, for fixed factors and ``Auto`` alike;
     :data:`ECHO_AFTER` says which step each variant's echo follows. ``Auto`` has no
     window (``window`` 1: its own buffer spreads copies), and its echo of examples, if
     batched here, is one stage with the batcher (:class:`dataecho.AdaptiveExamples`),
-    which augments each copy anew when it stands before the augmentation.
+    which augments each copy anew when it stands before the augmentation. ``timing``
+    times the read stage and the augmentation (:mod:`dataecho.timing`).
     """
     at = None if echo is None else ECHO_AFTER[echo]
     auto = isinstance(factor, Auto)
@@ -170,9 +175,11 @@ def _order(stage: Stage[Any], echo: Variant | None, factor: float | Auto,
         return echo_stage(stage, factor, seed=sub(ECHO_KEY), augmented=fresh,
                           level="items" if step == "batch" else "examples")
 
-    stage = echoed(stage, "read")
+    read = None if timing is None else Timed(stage, timing.read)
+    stage = echoed(stage if read is None else read, "read")
     if augment is not None and not (joint and at == "read"):
         stage = Map(stage, augment, seed=sub(AUGMENT_KEY))
+        stage = stage if timing is None else Timed(stage, timing.augment, inner=read)
     stage = echoed(stage, "augment")
     if window > 1 and at != "batch":
         stage = Shuffle(stage, window, seed=sub(SHUFFLE_KEY))

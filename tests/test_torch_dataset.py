@@ -2,6 +2,7 @@ import collections
 import io
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -950,3 +951,28 @@ def test_a_stateful_dataloader_resumes_exactly_at_the_start_of_every_epoch(
         restored.load_state_dict(state)
         rest = epochs(again, restored, 1)
         assert [head + rest[0], rest[1]] == full[1:], (k, head)
+
+
+class SlowReads(Dataset):
+    """Each read sleeps 3 ms: the cost an echo saves."""
+
+    def __len__(self):
+        return 4 * 31
+
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.tensor([i])
+
+
+def sleepy_flip(x, rng):
+    time.sleep(0.001)  # the cost echoing before augmentation repeats for every copy
+    return -x
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_sides_time_the_read_and_the_augmentation_in_every_worker(num_workers):
+    ds = EchoDataset(SlowReads(), augment=sleepy_flip, factor=2, buffer_size=4, seed=0)
+    assert sum(len(b) for b in DataLoader(ds, batch_size=8, num_workers=num_workers)) == 248
+    sides = ds.sides()  # a sleep overshoots by a little, never undershoots
+    assert sides.reads <= 124 and sides.augments <= 248 and sides.augments >= 2 * 31
+    assert 0.003 <= sides.read_s <= 0.0036 and 0.001 <= sides.augment_s <= 0.0014

@@ -20,10 +20,12 @@ from ..source import Source
 from ..stage import Stage
 from ..stride import Shard
 from ..variants import EXAMPLE_LEVEL, Variant, check_variant
+from .augment import seeded, warn_transform
 from .iteration import Tally
 from .ranks import Part, resolve_rank, shard_of
 from .reading import Indexed, Streamed, read_of
 from .streams import reader_of
+from .workers import SharedTimes
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Recipe:
 
     Example:
         >>> recipe = Recipe.of([1, 2, 3], None, "before_augmentation", 2, 1, 0, None)
-        >>> sorted(recipe.tally(Part(None, None), epoch=0))
+        >>> sorted(recipe.tally(Part(None, None), SharedTimes(), epoch=0))
         [1, 1, 2, 2, 3, 3]
     """
 
@@ -55,11 +57,16 @@ class Recipe:
         check_variant(echo, allowed=EXAMPLE_LEVEL,
                       hint="for batch echoing wrap the DataLoader in dataecho.torch.EchoBatches")
         factor = as_factor(factor)  # type: ignore[arg-type]
-        return cls(dataset, augment, echo, factor,  # type: ignore[arg-type]
+        warn_transform(dataset, echo, factor)
+        # A one-argument augment draws from global generators: seeded per copy.
+        return cls(dataset, seeded(augment), echo, factor,  # type: ignore[arg-type]
                    _window(factor, buffer_size), check_seed(seed), read_of(dataset, read))
 
-    def tally(self, part: Part, epoch: int) -> Tally:
-        """One epoch's pipeline for the part ``part`` reads now, counted as handed over."""
+    def tally(self, part: Part, times: SharedTimes, epoch: int) -> Tally:
+        """One epoch's pipeline for the part ``part`` reads now, counted as handed over.
+
+        Its read and its augmentation are timed into this reader's slot of ``times``.
+        """
         rank, world_size = part.read_as or (None, None)
         shard, shards = shard_of(rank, world_size)
         data = self._stream(epoch, shard, shards, world_size) if isinstance(
@@ -68,7 +75,7 @@ class Recipe:
                 shard_index=shard, num_shards=shards, drop_remainder=self.read.drop_remainder)
         stage = pipeline(data, augment=self.augment, echo=self.echo, factor=self.factor,
                          batch_size=None, buffer_size=self.buffer_size, seed=self.seed,
-                         epoch=epoch, shard_index=shard)
+                         epoch=epoch, shard_index=shard, timing=times.timing())
         return Tally(stage, (shard, shards))
 
     def _stream(self, epoch: int, shard: int, shards: int, world_size: int | None) -> Stage[Any]:

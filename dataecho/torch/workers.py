@@ -17,6 +17,8 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
+from ..timing import SIZE, Sides, Timing, sides_of
+
 #: Slots for per-worker counters in shared memory: (fresh examples, emitted examples)
 #: per worker; the main process (num_workers=0) uses slot 0.
 SLOTS = 256
@@ -271,6 +273,33 @@ class SharedCounts:
             self._live()
         else:  # DataLoader worker 0 took slot 0 since (or this is a forked copy)
             self._live = None
+
+
+class SharedTimes:
+    """Every reader's clocks of the read and the augmentation, in shared memory.
+
+    Each DataLoader worker (and the training process, in slot 0) times its own pipeline
+    (:class:`dataecho.timing.Timing` over its slot); :meth:`sides` combines them all.
+    Written only when a call is timed, so it costs nothing per example.
+
+    Example:
+        >>> times = SharedTimes()
+        >>> timing = times.timing()  # this process's slot
+        >>> timing.read.add(2000, calls=31)
+        >>> times.sides().read_s, times.sides().reads
+        (2e-06, 31)
+    """
+
+    def __init__(self) -> None:
+        self._array = multiprocessing.get_context("spawn").RawArray("q", 2 * SIZE * SLOTS)
+
+    def timing(self) -> Timing:
+        """The clocks of this process's slot: the worker id, 0 in the training process."""
+        return Timing(self._array, 2 * SIZE * worker_slot())
+
+    def sides(self) -> Sides:
+        """Seconds per call of each side, over every reader's timed calls."""
+        return sides_of([Timing(self._array, 2 * SIZE * slot) for slot in range(SLOTS)])
 
 
 # Training-process counts read when asked, written into slot 0 before a fork (the

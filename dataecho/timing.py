@@ -1,0 +1,214 @@
+"""Time on both sides of the echo point: the read an echo saves, the augmentation it repeats.
+
+Echoing before augmentation makes a reader spend ``t_read / e + t_augment`` per example
+it hands out, not ``(t_read + t_augment) / e``: the augmentation runs for every copy.
+A prediction of the gain needs both, measured where the data is read. :class:`Timing`
+holds two :class:`Clock` s, and :func:`dataecho.pipeline` (given ``timing=``) wraps its
+read stage and its augmentation in :class:`Timed` stages that feed them. A clock times
+one call in :data:`EVERY`, so the cost per item is one counter test, and reports the
+median of its latest timed calls; the stages are transparent to checkpoints (their
+state is their upstream's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, MutableSequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .stage import Stage, State
+
+T = TypeVar("T")
+
+#: One call in this many is timed (a prime, so a regular pattern of fresh reads and
+#: copies, every e-th call, is not sampled on one side only).
+EVERY = 31
+
+
+#: Timed calls a clock keeps (the latest): their median is its time per call, so a rare
+#: pause (a garbage collection, the process descheduled) does not skew it.
+RING = 32
+#: Places a clock takes in its store: calls, calls timed, then the ring.
+SIZE = 2 + RING
+
+
+class Clock:
+    """Sampled time of one side: calls, calls timed, and the latest timed calls' ns.
+
+    Args:
+        store: where its :data:`SIZE` numbers live (from ``at``): a list, or shared
+            memory that other processes read; default a list of its own.
+        at: the first of its places in ``store``.
+
+    Example:
+        >>> clock = Clock()
+        >>> for ns in (1000, 2000, 90_000): clock.add(ns, calls=31)
+        >>> clock.totals()[:2], clock.seconds_per_call()  # the median of three
+        ((93, 3), 2e-06)
+    """
+
+    def __init__(self, store: MutableSequence[int] | None = None, at: int = 0) -> None:
+        self.store, self.at = ([0] * SIZE if store is None else store), at
+
+    def add(self, ns: int, *, calls: int) -> None:
+        """Records one timed call of ``ns`` nanoseconds, standing for ``calls`` calls."""
+        store, at = self.store, self.at
+        timed = store[at + 1]
+        store[at + 2 + timed % RING] = ns
+        store[at], store[at + 1] = store[at] + calls, timed + 1
+
+    def totals(self) -> tuple[int, int]:
+        """(calls, calls timed)."""
+        return self.store[self.at], self.store[self.at + 1]
+
+    def samples(self) -> list[int]:
+        """The nanoseconds of the latest timed calls (at most :data:`RING`)."""
+        kept = min(self.store[self.at + 1], RING)
+        return list(self.store[self.at + 2:self.at + 2 + kept])
+
+    def seconds_per_call(self) -> float | None:
+        """The median time of one call, or None before one was timed."""
+        return median_s(self.samples())
+
+
+def median_s(samples: list[int]) -> float | None:
+    """The median of nanosecond samples, in seconds; None for none."""
+    if not samples:
+        return None
+    ordered, mid = sorted(samples), len(samples) // 2
+    ns = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return ns / 1e9
+
+
+class Timed(Stage[T]):
+    """Passes its upstream's items through, timing one call in :data:`EVERY` on ``clock``.
+
+    With ``inner``, a ``Timed`` stage further up (the read, under an augmentation), a
+    timed call counts only its own time: the inner stage times whatever it does during
+    that call, and that is taken off. Transparent: its state, snapshot, counts and
+    copies are its upstream's.
+
+    Example:
+        >>> from dataecho import Source
+        >>> clock = Clock()
+        >>> stage = Timed(Source(list(range(62)), shuffle=False), clock)
+        >>> len(list(stage)), clock.totals()
+        (62, (62, 2))
+    """
+
+    def __init__(self, upstream: Stage[T], clock: Clock, inner: Timed[Any] | None = None) -> None:
+        self.upstream: Stage[T] = upstream
+        self.clock, self.inner, self._left = clock, inner, EVERY
+        self._forced = False  # an outer stage is timing this call: time it too
+        self._last = 0  # ns of the last call timed because it was forced
+
+    def __next__(self) -> T:
+        self._left -= 1
+        if self._left and not self._forced:
+            return next(self.upstream)
+        regular = not self._left
+        if regular:
+            self._left = EVERY
+        inner = self.inner
+        if inner is not None:
+            inner._forced, inner._last = True, 0
+        start = time.perf_counter_ns()
+        try:
+            item = next(self.upstream)
+        finally:
+            elapsed = time.perf_counter_ns() - start
+            if inner is not None:
+                inner._forced = False
+        if self._forced:
+            self._last = elapsed
+        if regular or self._forced:
+            own = elapsed - (inner._last if inner is not None else 0)
+            self.clock.add(max(own, 0), calls=EVERY if regular else 0)
+        return item
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> State:
+        return self.upstream.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.upstream.load_state_dict(state)
+
+    def _snapshot(self) -> Any:
+        return self.upstream._snapshot()
+
+    def _expand(self, token: Any) -> State:
+        return self.upstream._expand(token)
+
+    def _set_state(self, state: Any) -> None:  # never called: load_state_dict delegates
+        self.upstream.load_state_dict(state)
+
+    def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
+        return self.upstream.copies_of()
+
+    def __repr__(self) -> str:
+        return repr(self.upstream)
+
+
+@dataclass(frozen=True)
+class Sides:
+    """Seconds per example on each side of the echo point, in one reader.
+
+    Attributes:
+        read_s: per fresh example, reading and decoding (what every echo saves for
+            copies); None before one was timed.
+        augment_s: per augmentation call (what echoing before augmentation repeats
+            for every copy, and echoing after it saves); 0.0 without augmentation.
+        reads: fresh examples read; ``augments``: augmentation calls (both counted up
+            to each reader's last timed call, so in steps of :data:`EVERY`).
+    """
+
+    read_s: float | None
+    augment_s: float | None
+    reads: int
+    augments: int
+
+
+class Timing:
+    """The two clocks of one reader's pipeline: the read, and the augmentation.
+
+    Args:
+        store: where the clocks keep their numbers (``2 * SIZE`` from ``at``; default a
+            list of its own); shared memory lets a training process read its DataLoader
+            workers' times.
+        at: the first of those places in ``store``.
+
+    Example:
+        >>> import dataecho
+        >>> timing = Timing()
+        >>> stage = dataecho.pipeline(list(range(310)), augment=abs, factor=2,
+        ...                           batch_size=None, timing=timing)
+        >>> n = sum(1 for _ in stage)
+        >>> sides = timing.sides()
+        >>> n, sides.reads, sides.augments, sides.read_s > 0, sides.augment_s >= 0
+        (620, 310, 620, True, True)
+    """
+
+    def __init__(self, store: MutableSequence[int] | None = None, at: int = 0) -> None:
+        store = [0] * (2 * SIZE) if store is None else store
+        self.read, self.augment = Clock(store, at), Clock(store, at + SIZE)
+
+    def sides(self) -> Sides:
+        """The median time per call of each side (the augmentation's without the read's)."""
+        return sides_of([self])
+
+
+def sides_of(timings: list[Timing]) -> Sides:
+    """The sides of several readers' timings: their calls added, their samples pooled.
+
+    Example:
+        >>> sides_of([Timing(), Timing()])
+        Sides(read_s=None, augment_s=0.0, reads=0, augments=0)
+    """
+    reads = sum(t.read.totals()[0] for t in timings)
+    augments = sum(t.augment.totals()[0] for t in timings)
+    read_s = median_s([ns for t in timings for ns in t.read.samples()])
+    augment_s = median_s([ns for t in timings for ns in t.augment.samples()])
+    return Sides(read_s, 0.0 if not augments else augment_s, reads, augments)
