@@ -4,7 +4,8 @@ Usage: python benchmarks/adapters.py [--examples 20000] [--repeats 5]
 
 Two pairs, each run back to back in this process and repeated, medians reported:
 
-- ``EchoDataset(data, augment=flip, factor=1)`` in a DataLoader against a plain
+- ``EchoDataset(data, augment=Seeded(flip, generators=()), factor=1)`` (the flip draws
+  nothing, so it needs no seeded generators) in a DataLoader against a plain
   map-style ``Dataset`` that applies the same flip, with 0 and 2 workers: examples per
   second (target: at least 0.9x);
 - ``EchoBatches(loader, factor=2, check_inplace=False)`` against a Python generator that
@@ -16,7 +17,9 @@ differs. A second table says where the training process's time goes (0 workers, 
 example, best pass): the flip alone, the plain ``Dataset``, one iterator class that reads
 and flips in a single ``__next__`` (what the DataLoader's path for iterable data sets
 costs by itself), ``Map(Source)`` (dataecho's reading and augmentation without the
-hand-out) and ``EchoDataset``. A third, what measuring one batch costs ``EchoBatches``
+hand-out), ``EchoDataset``, and ``EchoDataset`` given the flip as it is, which it runs
+under seeded global generators, as it does every one-argument augmentation
+(:class:`dataecho.torch.Seeded`). A third, what measuring one batch costs ``EchoBatches``
 (its default ``size=``). Writes benchmarks/results/adapters.json and .md.
 """
 
@@ -38,7 +41,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from dataecho import Map, Source, __version__
 from dataecho.experiments.text import md_table
 from dataecho.sizes import batch_size_of
-from dataecho.torch import EchoBatches, EchoDataset
+from dataecho.torch import EchoBatches, EchoDataset, Seeded
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -114,11 +117,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     data = [torch.arange(16, dtype=torch.float32) + i for i in range(args.examples)]
+    unseeded = Seeded(flip, generators=())  # the flip draws nothing: the adapter alone
     cases: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[], Iterable[Any]],
                            Callable[[Any], int]]] = {}
     for workers in (0, 2):
         cases[f"EchoDataset factor 1, {workers} workers (examples/s)"] = (
-            lambda w=workers: DataLoader(EchoDataset(data, augment=flip, factor=1, seed=0),
+            lambda w=workers: DataLoader(EchoDataset(data, augment=unseeded, factor=1, seed=0),
                                          batch_size=64, num_workers=w),
             lambda w=workers: DataLoader(Flipped(data), batch_size=64, shuffle=True,
                                          num_workers=w),
@@ -151,8 +155,11 @@ def main() -> None:
         "one iterator class in a DataLoader": (lambda: DataLoader(OneIterator(data),
                                                                   batch_size=64), len),
         "Map(Source) in a DataLoader": (lambda: DataLoader(Staged(data), batch_size=64), len),
-        "EchoDataset": (lambda: DataLoader(EchoDataset(data, augment=flip, factor=1, seed=0),
-                                           batch_size=64), len),
+        "EchoDataset": (lambda: DataLoader(EchoDataset(data, augment=unseeded, factor=1,
+                                                       seed=0), batch_size=64), len),
+        "EchoDataset, the flip run under seeded generators": (
+            lambda: DataLoader(EchoDataset(data, augment=flip, factor=1, seed=0),
+                               batch_size=64), len),
     }
     costs = {name: 1e6 / max(rate(make, count) for _ in range(args.repeats))
              for name, (make, count) in parts.items()}
