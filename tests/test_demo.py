@@ -146,22 +146,30 @@ def test_no_speedup_is_reported_when_the_baseline_missed():
     assert rows[1]["speedup"] is None
 
 
-def test_speedup_and_ideal_speedup_when_both_reached():
+def test_speedup_and_ideal_speedup_when_both_reached():  # min(R, e) stays in the JSON
     rows = summarize([run("baseline", 1.0, True, 40.0, 400), run("echo", 5.0, True, 10.0, 100)],
                      ratio=4.0)
     assert rows[1]["speedup"] == 4.0 and rows[1]["ideal_speedup"] == 4.0
     assert rows[1]["fresh_ratio"] == 0.25
 
 
-def test_the_table_calls_min_r_e_what_it_is_and_says_a_seed_can_land_above_it():
-    # min(R, e) bounds steps per second; a time-to-target speedup can exceed it.
-    rows = summarize([run("baseline", 1.0, True, 58.5, 400), run("echo e=5", 5.0, True, 10.0,
-                                                                 100)], ratio=6.0)
+def test_the_table_shows_the_models_prediction_and_the_share_of_it_each_run_reached():
+    # Baseline: step 0.1 s of work, read 0.3 s and augmentation 0.05 s a batch: 0.35 s a
+    # step. Echo e = 4 before augmentation: max(0.1, 0.3 / 4 + 0.05) = 0.125 s a step,
+    # 2.8x the steps per second; it needed 120 steps to the baseline's 100: 2.33x.
+    base, echo = run("baseline", 1.0, True, 35.0, 400), run("echo e=4", 4.0, True, 18.0, 100)
+    base.wait_s, echo.steps, echo.steps_to_target, echo.wait_s = 25.0, 120, 120, 6.0
+    for r in (base, echo):
+        r.read_s, r.augment_s = 0.3, 0.05
+    rows = summarize([base, echo], ratio=3.5)
+    assert rows[1]["predicted_speedup"] == pytest.approx(0.35 / 0.125 * 100 / 120)
+    assert rows[1]["efficiency"] == pytest.approx((35.0 / 18.0) / rows[1]["predicted_speedup"])
     text = table(rows, 0.83)
-    assert "bound min" not in text and "ideal min(R,e)" in text.splitlines()[0]
-    assert "5.85x" in text and "5.00x" in text
-    assert ("ideal min(R,e): the speedup if an echoed step were worth a fresh one. It bounds "
-            "steps per second, not\ntime to target: one seed can land above it") in text
+    assert "predicted" in text.splitlines()[0] and "efficiency" in text.splitlines()[0]
+    assert "2.33x" in text and "83%" in text and "predicted: the model from the run's own" in text
+    missing = summarize([run("baseline", 1.0, True, 40.0, 400), run("e", 2.0, True, 20.0, 200)],
+                        ratio=2.0)
+    assert missing[1]["predicted_speedup"] is None and "n/a" in table(missing, 0.8)
 
 
 @pytest.fixture

@@ -149,9 +149,11 @@ def run(cfg: DemoConfig) -> int:
         if row["speedup"] is not None:
             pace = (f"{row['speedup']:.2f}x faster" if row["speedup"] >= 1
                     else f"slower ({row['speedup']:.2f}x the speed)")
+            model = ("" if row["predicted_speedup"] is None else
+                     f"; the model predicted {row['predicted_speedup']:.2f}x "
+                     f"({row['efficiency']:.0%} reached)")
             print(f"\n{row['run']}: {pace} to {cfg.target:.0%} than the baseline, with "
-                  f"{row['fresh_ratio']:.2f}x its fresh examples; min(R, e) = "
-                  f"{row['ideal_speedup']:.2f}x if an echoed step were worth a fresh one")
+                  f"{row['fresh_ratio']:.2f}x its fresh examples{model}")
     files = ["table.txt", "results.json"]
     if draw(results, cfg.target, out / "accuracy.png",
             f"Fashion-MNIST over a throttled link, R = {ratio:.1f} measured"):

@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._json import finite
+from ..profiler.model import Costs, Variant
 
 if TYPE_CHECKING:  # the report itself needs no torch: benchmarks/wallclock.py --replot
     from .train import RunResult
 
 
-IDEAL_NOTE = ("ideal min(R,e): the speedup if an echoed step were worth a fresh one. It "
-              "bounds steps per second, not\ntime to target: one seed can land above it "
-              "(where a run crosses the target varies from seed to seed).")
+PREDICTED_NOTE = (
+    "predicted: the model from the run's own step, read and augmentation times and its "
+    "steps to target against\nthe baseline's (dataecho.profiler.model); efficiency: "
+    "speedup / predicted.")
 
 
 def measured_ratio(baseline: RunResult) -> float:
@@ -34,12 +36,20 @@ def measured_ratio(baseline: RunResult) -> float:
 
 
 def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
-    """One row per run; speedups only where both the run and the baseline were measured."""
+    """One row per run; speedups only where both the run and the baseline were measured.
+
+    ``predicted_speedup`` is the model's (:mod:`dataecho.profiler.model`) from the run's
+    own step, read and augmentation times, times its steps to target against the
+    baseline's; ``efficiency`` is the measured speedup over it.
+    """
     base = runs[0]
     rows = []
     for run in runs:
         e = run.realised_factor if run.factor == "auto" else float(run.factor)
         measured = run.reached and base.reached and bool(run.time_to_target)
+        speedup = (base.time_to_target / run.time_to_target  # type: ignore[operator]
+                   if measured else None)
+        predicted = _predicted(run, base, e) if measured else None
         rows.append({
             "run": run.name, "factor": run.factor, "reached": run.reached,
             "time_to_target_s": run.time_to_target, "fresh_to_target": run.fresh_to_target,
@@ -47,26 +57,39 @@ def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
             "stall_fraction": run.stall_fraction, "final_accuracy": run.final_accuracy,
             "best_accuracy": run.best_accuracy,
             "train_s": run.train_s,
-            "speedup": (base.time_to_target / run.time_to_target  # type: ignore[operator]
-                        if measured else None),
+            "speedup": speedup,
             # The speedup if an echoed step were worth a fresh one: it bounds steps per
             # second, not time to target, and one seed can land above it.
             "ideal_speedup": min(ratio, e),
+            "predicted_speedup": predicted,
+            "efficiency": (speedup / predicted if speedup is not None and predicted else None),
             "fresh_ratio": (run.fresh_to_target / base.fresh_to_target  # type: ignore[operator]
                             if measured else None),
         })
     return rows
 
 
+def _predicted(run: RunResult, base: RunResult, e: float) -> float | None:
+    """The model's speedup for ``run``, or None where its times were not measured."""
+    if run.read_s is None or run.augment_s is None or not run.step_s > 0:
+        return None
+    costs = Costs(step_s=run.step_s, read_s=run.read_s, augment_s=run.augment_s)
+    # Batches, like identical copies, skip the augmentation.
+    variant: Variant = ("before_augmentation" if run.variant == "before_augmentation"
+                        else "after_augmentation")
+    steps_ratio = base.steps_to_target / run.steps_to_target  # type: ignore[operator]
+    return costs.speedup(variant, max(e, 1.0), steps_ratio)
+
+
 def table(rows: list[dict[str, Any]], target: float) -> str:
     """The final table, as text: a missed target says so and shows no speedup.
 
-    ``ideal min(R,e)`` is the speedup if an echoed step were worth a fresh one; a note
-    under the table says so, and that one seed can land above it.
+    ``predicted`` is the model's speedup from the run's own measured times and steps, and
+    ``efficiency`` the measured speedup over it; a note under the table says so.
     """
     head = (f"{'run':<11}{'time to target':>15}{'fresh to target':>17}{'steps':>8}"
-            f"{'realised e':>12}{'stall':>7}{'speedup':>9}{'ideal min(R,e)':>16}"
-            f"{'fresh ratio':>13}")
+            f"{'realised e':>12}{'stall':>7}{'speedup':>9}{'predicted':>11}"
+            f"{'efficiency':>12}{'fresh ratio':>13}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["reached"]:
@@ -75,11 +98,14 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
         else:
             reach = f"{'MISSED: best ' + format(r['best_accuracy'], '.2%'):>32}{'-':>8}"
         speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "n/a"
+        predicted = (f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] is not None
+                     else "n/a")
+        efficiency = f"{r['efficiency']:.0%}" if r["efficiency"] is not None else "n/a"
         fresh = f"{r['fresh_ratio']:.2f}" if r["fresh_ratio"] is not None else "n/a"
         lines.append(f"{r['run']:<11}{reach}{r['realised_factor']:>12.2f}"
-                     f"{r['stall_fraction']:>7.0%}{speed:>9}{r['ideal_speedup']:>15.2f}x"
+                     f"{r['stall_fraction']:>7.0%}{speed:>9}{predicted:>11}{efficiency:>12}"
                      f"{fresh:>13}")
-    lines.append(IDEAL_NOTE)
+    lines.append(PREDICTED_NOTE)
     missed = [r["run"] for r in rows if not r["reached"]]
     if missed:
         lines.append(f"{', '.join(missed)} did not reach {target:.0%} within the budget: no "

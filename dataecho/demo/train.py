@@ -98,6 +98,10 @@ class RunResult:
     # The echo stage's own counts, where it runs in the trainer's process (batch
     # echoing): (fresh, emitted) examples, a cross-check of the uid counts above.
     echo_counts: tuple[int, int] | None = None
+    # The loader's two sides per batch, over its workers (EchoDataset.sides()): the read
+    # and decode an echo saves, and the augmentation echoing before it repeats.
+    read_s: float | None = None
+    augment_s: float | None = None
     final_accuracy: float = 0.0  # at the last evaluation
     best_accuracy: float = 0.0  # the highest over the evaluations: what a missed run reached
     points: list[dict[str, float]] = field(default_factory=list)
@@ -110,9 +114,14 @@ class RunResult:
     def stall_fraction(self) -> float:
         return self.wait_s / self.train_s if self.train_s else float("nan")
 
+    @property
+    def step_s(self) -> float:
+        """Seconds of one step's own work: the clock less the stall, per step."""
+        return (self.train_s - self.wait_s) / self.steps if self.steps else float("nan")
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "realised_factor": self.realised_factor,
-                "stall_fraction": self.stall_fraction,
+                "stall_fraction": self.stall_fraction, "step_s": self.step_s,
                 "steps_per_s": self.steps / self.train_s if self.train_s else None}
 
 
@@ -191,11 +200,30 @@ def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Ev
         result.worker_rss_mb = worker_peak_mb(epochs.it)
         epochs.close()
     result.epochs = epochs.epoch + 1
+    result.read_s, result.augment_s = loader_sides(loader) or (None, None)
     stats = getattr(loader, "stats", None)  # EchoBatches: counted where it echoes
     if callable(stats):
         counts = stats()
         result.echo_counts = (counts.fresh_examples, counts.emitted_examples)
     return result
+
+
+def loader_sides(loader: object) -> tuple[float, float] | None:
+    """The read and the augmentation of one batch, in seconds over the loader's workers.
+
+    From ``EchoDataset.sides()`` (per example, per reader) times the batch size over
+    the readers; None where the loader does not read an ``EchoDataset`` or a side was
+    not timed yet.
+    """
+    inner = getattr(loader, "loader", loader)  # EchoBatches wraps the DataLoader
+    sides = getattr(getattr(inner, "dataset", None), "sides", None)
+    if not callable(sides):
+        return None
+    measured = sides()
+    if measured.read_s is None or measured.augment_s is None:
+        return None
+    per_batch = getattr(inner, "batch_size", 1) / max(1, getattr(inner, "num_workers", 0))
+    return measured.read_s * per_batch, measured.augment_s * per_batch
 
 
 def worker_peak_mb(it: object) -> float | None:
