@@ -53,8 +53,10 @@ class EchoDataset(IterableDataset[Any]):
 
     Args:
         dataset: a map-style data set of decoded examples, or a stream (see above).
-        augment: ``augment(example)`` or ``augment(example, rng)`` (numpy Generator
-            keyed by seed, epoch, shard and position), or None.
+        augment: ``augment(example, rng)`` (numpy Generator keyed by seed, epoch, shard
+            and position), or ``augment(example)`` (a torchvision or kornia transform),
+            run under torch's and Python's global generators seeded for its copy
+            (:class:`dataecho.torch.Seeded`); or None.
         echo: ``"before_augmentation"`` (copies augmented independently, the paper's
             best) or ``"after_augmentation"`` (identical copies).
         factor: echo factor >= 1, fractional allowed; 1 for no echoing (a baseline); or
