@@ -11,9 +11,13 @@ from dataecho.torch.workers import EpochCounter
 pytestmark = pytest.mark.torch
 
 
-def as_worker(monkeypatch, worker, num_workers, base_seed):
+def as_worker(monkeypatch, worker, num_workers, base_seed, started=0):
+    """Acts as DataLoader worker ``worker``, forked as the ``started + worker``-th process
+    (``started`` None: a spawned worker, whose copy carries its stamp)."""
     info = types.SimpleNamespace(id=worker, num_workers=num_workers, seed=base_seed + worker)
     monkeypatch.setattr(module, "get_worker_info", lambda: info)
+    if started is not None:
+        monkeypatch.setattr(module, "_STARTED", [started + worker])
 
 
 def test_the_workers_of_one_iteration_share_its_epoch_and_the_next_iteration_advances(
@@ -47,6 +51,36 @@ def test_an_iteration_takes_at_most_num_workers_claims(monkeypatch):
         for worker in (0, 1):
             as_worker(monkeypatch, worker, 2, 123)
             got.append(counter.claim(started=0))
+    assert got == [0, 0, 1, 1]
+
+
+def test_a_rebuilt_loader_after_an_abandoned_iteration_reads_one_new_epoch(monkeypatch):
+    # Fails on 8beab11: the same seeded generator gives every iteration the same base
+    # seed; an iteration abandoned after its worker 0 claimed left the claim open, and
+    # the next iteration's worker 1 joined it (epoch 0) while its worker 0 read epoch 1.
+    counter = EpochCounter()
+    as_worker(monkeypatch, 0, 2, 123, started=10)
+    assert counter.claim(started=0) == 0  # worker 1 of this iteration never started
+    got = {}
+    for worker in (1, 0):  # the next iteration's workers, forked anew
+        as_worker(monkeypatch, worker, 2, 123, started=12)
+        got[worker] = counter.claim(started=0)
+    assert got == {0: 1, 1: 1}
+
+
+def test_a_copy_pickled_for_a_spawned_worker_carries_the_stamp_of_its_start(monkeypatch):
+    def spawned(counter):  # what pickling for a spawned worker hands it
+        copy = object.__new__(EpochCounter)
+        copy.__dict__.update(counter.__getstate__())
+        return copy
+
+    counter = EpochCounter()
+    got = []
+    for _ in range(2):  # two iterations of a loader drawing the same base seed
+        copies = [spawned(counter) for _ in range(2)]  # workers 0 and 1, in order
+        for worker in (1, 0):
+            as_worker(monkeypatch, worker, 2, 9, started=None)
+            got.append(copies[worker].claim(started=0))
     assert got == [0, 0, 1, 1]
 
 

@@ -27,13 +27,23 @@ SLOTS = 256
 _SLOT0 = 2 * SLOTS
 
 # Fields of the shared record: the epoch the next iteration reads, then the iteration
-# that claimed an epoch last (its key: the DataLoader's base seed and the workers'
-# own iteration count), the epoch it got, and how many of its workers claimed it; then
-# the checkpoints loaded in the training process, the latest one an iteration took,
-# and that iteration's key and workers.
-_NEXT, _SEED, _COUNT, _EPOCH, _CLAIMS, _LOADS, _TAKEN, _TSEED, _TCOUNT, _TCLAIMS = range(10)
+# that claimed an epoch last (its key: the DataLoader's base seed, the workers' own
+# iteration count and the iteration's start stamp), the epoch it got, and how many of
+# its workers claimed it; then the checkpoints loaded in the training process, the
+# latest one an iteration took, and that iteration's key and workers.
+(_NEXT, _SEED, _COUNT, _STAMP, _EPOCH, _CLAIMS, _LOADS, _TAKEN, _TSEED, _TCOUNT, _TSTAMP,
+ _TCLAIMS) = range(12)
 # The two records of "which iteration did it" (key fields, then its workers' count).
-_EPOCH_CLAIM, _LOAD_CLAIM = (_SEED, _COUNT, _CLAIMS), (_TSEED, _TCOUNT, _TCLAIMS)
+_EPOCH_CLAIM, _LOAD_CLAIM = (_SEED, _COUNT, _STAMP, _CLAIMS), (_TSEED, _TCOUNT, _TSTAMP,
+                                                              _TCLAIMS)
+
+# Worker processes this process has started: forks counted by the before-fork hook
+# (the parent's count, incremented before each fork, is what the child inherits), and
+# copies of an EpochCounter pickled for spawned or forkserver workers. A DataLoader
+# starts its workers one after the other in the order of their ids, so worker i of one
+# iteration sees the count at its start less i: the same for all of them, and new for
+# every iteration, even one whose DataLoader draws the same base seed as the last.
+_STARTED = [0]
 
 
 class EpochCounter:
@@ -46,11 +56,12 @@ class EpochCounter:
     The first worker of an iteration to start claims the next epoch; the other workers
     of that iteration get the same one. An iteration is known by the base seed that
     the DataLoader draws for it (every worker's ``seed - id``) and by how many
-    iterations that worker process has begun (persistent workers keep one base seed);
-    at most ``num_workers`` claims join one iteration, so a DataLoader rebuilt with the
-    same seed each epoch still advances. (Not covered: such a rebuilt loader whose
-    previous iteration was abandoned before all its workers started, where the first
-    workers of the next iteration would join the old claim.)
+    iterations that worker process has begun (persistent workers keep one base seed),
+    and by a stamp of when its workers were started (new for every iteration, so a
+    DataLoader rebuilt with the same seeded generator each epoch advances, also after
+    an iteration abandoned before all its workers started); at most ``num_workers``
+    claims join one iteration. The caller that knows the epoch says so with
+    :meth:`set`: the next iteration reads that one.
 
     As the epoch source of an epoch loop (``dataecho.loop.Epochs``), :meth:`begin`
     claims with this copy's own count of iterations begun.
@@ -69,8 +80,14 @@ class EpochCounter:
         # A synchronized array (its own lock) from the spawn context, which also works
         # in forked workers and pickles into spawned ones.
         self._shared = multiprocessing.get_context("spawn").Array(
-            "q", [0, 0, -1, 0, 0, 0, 0, 0, -1, 0])
+            "q", [0, 0, -1, 0, 0, 0, 0, 0, 0, -1, 0, 0])
         self._started = 0  # iterations begun by this copy (not shared: one per copy)
+        self._stamp: int | None = None  # set in a copy pickled for a worker
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for a spawned or forkserver worker: the stamp of its start.
+        _STARTED[0] += 1
+        return {**self.__dict__, "_stamp": _STARTED[0]}
 
     def set(self, epoch: int) -> None:
         """Makes ``epoch`` the one the next iteration reads."""
@@ -90,7 +107,7 @@ class EpochCounter:
             resume: the epoch a restored checkpoint names for this iteration; it wins,
                 and the next iteration reads the one after it.
         """
-        key, workers = _iteration(started)
+        key, workers = _iteration(started, self._stamp)
         with self._shared.get_lock():
             shared = self._shared
             if _joins(shared, _EPOCH_CLAIM, key, workers):
@@ -117,7 +134,7 @@ class EpochCounter:
         True for every worker of the first iteration that asks after the load, False
         for later iterations (whose copies still hold it) and for an older load.
         """
-        key, workers = _iteration(self._started)
+        key, workers = _iteration(self._started, self._stamp)
         with self._shared.get_lock():
             shared = self._shared
             if load != shared[_LOADS]:
@@ -138,33 +155,38 @@ class EpochCounter:
         """Nothing to do: the next epoch was claimed when this one began."""
 
 
-def _iteration(started: int) -> tuple[tuple[int, int] | None, int]:
+def _iteration(started: int, stamp: int | None) -> tuple[tuple[int, int, int] | None, int]:
     """This process's iteration key and its number of workers; no key in the main process.
 
     An iteration is known by the base seed the DataLoader drew for it (every worker's
-    ``seed - id``) and by how many iterations this copy began before it.
+    ``seed - id``), by how many iterations this copy began before it, and by the stamp
+    of its workers' start less the worker id (``stamp``: the copy's own, pickled for
+    it; else the forks counted when this process was forked).
     """
     info = get_worker_info()
     if info is None:
         return None, 1
-    return (info.seed - info.id, started), info.num_workers
+    start = _STARTED[0] if stamp is None else stamp
+    return (info.seed - info.id, started, start - info.id), info.num_workers
 
 
-def _joins(shared: Any, fields: tuple[int, int, int], key: tuple[int, int] | None,
+def _joins(shared: Any, fields: tuple[int, int, int, int], key: tuple[int, int, int] | None,
            workers: int) -> bool:
     """Whether this worker joins the iteration recorded in ``fields`` (lock held)."""
-    seed, count, claims = fields
-    if key is None or (shared[seed], shared[count]) != key or shared[claims] >= workers:
+    seed, count, stamp, claims = fields
+    if (key is None or (shared[seed], shared[count], shared[stamp]) != key
+            or shared[claims] >= workers):
         return False
     shared[claims] += 1
     return True
 
 
-def _opens(shared: Any, fields: tuple[int, int, int], key: tuple[int, int] | None) -> None:
+def _opens(shared: Any, fields: tuple[int, int, int, int],
+           key: tuple[int, int, int] | None) -> None:
     """Records this worker's iteration in ``fields`` as the one that did it (lock held)."""
     if key is not None:
-        seed, count, claims = fields
-        shared[seed], shared[count], shared[claims] = key[0], key[1], 1
+        seed, count, stamp, claims = fields
+        shared[seed], shared[count], shared[stamp], shared[claims] = (*key, 1)
 
 
 def worker_slot() -> int:
@@ -309,6 +331,7 @@ _LIVE: weakref.WeakSet[SharedCounts] = weakref.WeakSet()
 
 
 def _before_fork() -> None:
+    _STARTED[0] += 1  # the child inherits the count that includes its own fork
     for counts in list(_LIVE):
         counts._read_live()
 
