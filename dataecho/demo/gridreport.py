@@ -15,6 +15,7 @@ from ..experiments.crossing import find_crossing
 from ..experiments.text import md_table
 from ..pipeline import VARIANTS
 from .grid import BASELINE
+from .report import predicted_speedup
 
 ORDER: dict[str, int] = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(VARIANTS)}}
 
@@ -68,15 +69,18 @@ def with_speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in runs:
         b = base.get((r["preset"], r["budget"], r["ratio"], r["seed"]))
-        speedup = fresh = interpolated = None
+        speedup = fresh = interpolated = predicted = None
         if b is not None and b["reached"] and r["reached"] and r["time_to_target"]:
             speedup = b["time_to_target"] / r["time_to_target"]
+            predicted = predicted_speedup(r, b)
             fresh = r["fresh_to_target"] / b["fresh_to_target"]
             mine, theirs = interpolated_time(r), interpolated_time(b)
             if mine and theirs:
                 interpolated = theirs / mine
         out.append({**r, "ratio_measured": b["ratio_seen"] if b else None,
                     "speedup": speedup, "speedup_interpolated": interpolated,
+                    "predicted_speedup": predicted,
+                    "efficiency": speedup / predicted if speedup and predicted else None,
                     "fresh_ratio": fresh, "best_accuracy": best_accuracy(r)})
     return sorted(out, key=_order)
 
@@ -94,7 +98,7 @@ def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                "seeds": [r["seed"] for r in group],
                                "reached": sum(bool(r["reached"]) for r in group)}
         for name in ("ratio_measured", "realised_factor", "speedup", "speedup_interpolated",
-                     "fresh_ratio", "time_to_target"):
+                     "predicted_speedup", "efficiency", "fresh_ratio", "time_to_target"):
             values = [r[name] for r in group if r[name] is not None]
             row[f"{name}_n"] = len(values)
             row[f"{name}_mean"] = statistics.mean(values) if values else None
@@ -194,10 +198,12 @@ def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], tit
             table.append([f"{g['ratio']:g}", num(r_seen, ".2f"), g["variant"],
                          _factor(g["factor"]), num(e, ".2f"), f"{g['reached']}/{g['trials']}",
                          spread(g, "speedup", "x"), spread(g, "speedup_interpolated", "x"),
-                         f"{num(bound, '.2f')}x", spread(g, "fresh_ratio")])
+                         f"{num(bound, '.2f')}x", spread(g, "predicted_speedup", "x"),
+                         spread(g, "efficiency"), spread(g, "fresh_ratio")])
         lines += md_table(["R set", "R measured", "variant", "factor", "realised e", "reached",
                            "speedup mean (min-max, n)", "interpolated", "bound min(R,e)",
-                           "fresh ratio mean (min-max, n)"], table, "lrllrrrrrr")
+                           "predicted", "efficiency", "fresh ratio mean (min-max, n)"], table,
+                          "lrllrrrrrrrr")
         lines += ["", "Targets (means over seeds): best fixed factor, adaptive against it "
                   "(target: at least 90%), fixed factors whose speedup beats the bound "
                   "min(R, e), echoed conditions needing more fresh examples than the "
@@ -234,8 +240,10 @@ def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], tit
               "'interpolated' uses the straight-line crossing between that evaluation and "
               "the one before, which removes the evaluation grid's bias (up to 100 steps). "
               "Bound: "
-              "min(measured R, realised factor). Fresh ratio: fresh examples to target over "
-              "the baseline's."]
+              "min(measured R, realised factor). Predicted: the model's speedup "
+              "(dataecho.profiler.model) from the run's own step, read and augmentation "
+              "times and its steps to target over the baseline's; efficiency: speedup over "
+              "predicted. Fresh ratio: fresh examples to target over the baseline's."]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
         measured = run.reached and base.reached and bool(run.time_to_target)
         speedup = (base.time_to_target / run.time_to_target  # type: ignore[operator]
                    if measured else None)
-        predicted = _predicted(run, base, e) if measured else None
+        predicted = predicted_speedup(run.as_dict(), base.as_dict()) if measured else None
         rows.append({
             "run": run.name, "factor": run.factor, "reached": run.reached,
             "time_to_target_s": run.time_to_target, "fresh_to_target": run.fresh_to_target,
@@ -69,16 +70,30 @@ def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
     return rows
 
 
-def _predicted(run: RunResult, base: RunResult, e: float) -> float | None:
-    """The model's speedup for ``run``, or None where its times were not measured."""
-    if run.read_s is None or run.augment_s is None or not run.step_s > 0:
+def predicted_speedup(run: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+    """The model's speedup (:mod:`dataecho.profiler.model`) for a run's record.
+
+    From the run's own step, read and augmentation times per batch (``step_s``,
+    ``read_s``, ``augment_s`` of :meth:`RunResult.as_dict`), its realised factor and its
+    steps to target against the baseline's; None where one of them was not measured.
+
+    Example:
+        >>> run = {"step_s": 0.1, "read_s": 0.3, "augment_s": 0.05, "steps_to_target": 120,
+        ...        "realised_factor": 4.0, "variant": "before_augmentation"}
+        >>> round(predicted_speedup(run, {"steps_to_target": 100}), 2)
+        2.33
+    """
+    needed = ("step_s", "read_s", "augment_s", "steps_to_target", "realised_factor")
+    if any(run.get(k) is None for k in needed) or not base.get("steps_to_target"):
         return None
-    costs = Costs(step_s=run.step_s, read_s=run.read_s, augment_s=run.augment_s)
+    if not (run["step_s"] > 0 and math.isfinite(run["realised_factor"])):
+        return None
+    costs = Costs(step_s=run["step_s"], read_s=run["read_s"], augment_s=run["augment_s"])
     # Batches, like identical copies, skip the augmentation.
-    variant: Variant = ("before_augmentation" if run.variant == "before_augmentation"
+    variant: Variant = ("before_augmentation" if run.get("variant") == "before_augmentation"
                         else "after_augmentation")
-    steps_ratio = base.steps_to_target / run.steps_to_target  # type: ignore[operator]
-    return costs.speedup(variant, max(e, 1.0), steps_ratio)
+    steps_ratio = base["steps_to_target"] / run["steps_to_target"]
+    return costs.speedup(variant, max(run["realised_factor"], 1.0), steps_ratio)
 
 
 def table(rows: list[dict[str, Any]], target: float) -> str:
