@@ -185,7 +185,7 @@ def test_advice_states_the_e_le_r_rule_once_and_each_line_says_one_thing():
     lines = recommend(3.97, 0.797).splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "Input-bound", "The loader reads inside the loop", "Fixed factor", "Speedup",
-        "Variant", "Adaptive"]
+        "Prediction", "Variant", "Adaptive"]
     assert sum("e <= R" in line for line in lines) == 1
 
 

@@ -3,6 +3,8 @@
 The ``dataecho profile`` command: :func:`~dataecho.profiler.profile` from the shell, on
 a loader and a step named as ``MODULE:NAME`` or simulated by a duration. A step on an
 accelerator is timed until the device has finished it (``--no-sync`` to not wait).
+Given an ``EchoDataset`` loader, or the loader's two sides (``--read-ms`` and
+``--augment-ms``), the advice is the model's prediction of each variant's gain.
 Every number a flag takes is checked as it is parsed, so a bad one is a usage error
 that names the flag (exit status 2), before anything is timed.
 """
@@ -10,6 +12,7 @@ that names the flag (exit status 2), before anything is timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import math
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..adaptive import DEFAULT_MAX_FACTOR
+from ..factor import AUGMENTED_MAX_FACTOR
 from .measure import MIN_PASSES, profile
 
 
@@ -86,12 +90,59 @@ def main(argv: list[str] | None = None) -> int:
     Example:
         >>> main(["--synthetic-upstream-ms", "1", "--step-ms", "5", "--batches", "3",
         ...       "--json"])  # doctest: +ELLIPSIS
-        {"upstream_s": ..., "decided": true, "factor": 1.0, "variant": null}
+        {"upstream_s": ..., "decided": true, "factor": 1.0, "variant": null, "prediction": null}
         0
     """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_sides(parser, args)
+    try:
+        loader = _loader(args)
+        step = args.step_ms if args.step is None else _load(args.step)
+        result = profile(loader, step, batches=args.batches, warmup=args.warmup,
+                         steps=min(args.batches, 20), passes=args.passes, sync=args.sync)
+    except (ImportError, AttributeError, TypeError, ValueError) as err:
+        print(f"dataecho profile: {err}", file=sys.stderr)
+        return 2
+    if args.read_ms is not None:  # given sides stand for the loader's, EchoDataset or not
+        result = dataclasses.replace(result, read_s=args.read_ms, augment_s=args.augment_ms)
+    if args.json:
+        print(json.dumps(result.as_dict(args.max_factor)))
+    else:
+        print(f"{result}\n\n{result.recommendation(args.max_factor)}")
+    return 0
+
+
+def _loader(args: argparse.Namespace) -> Any:
+    if args.module is not None:
+        loader = _load(args.module)
+        return loader() if callable(loader) and not isinstance(loader, Iterable) else loader
+    if args.synthetic_upstream_ms is not None:
+        return _Synthetic(args.synthetic_upstream_ms)
+    return _Synthetic(args.read_ms + args.augment_ms)  # the loader the two sides describe
+
+
+def _check_sides(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The two sides come together, and stand in for a loader only where none is named."""
+    if (args.read_ms is None) != (args.augment_ms is None):
+        given, missing = (("--read-ms", "--augment-ms") if args.augment_ms is None
+                          else ("--augment-ms", "--read-ms"))
+        parser.error(f"argument {given}: needs {missing} too (the loader's two sides per "
+                     "batch come together); pass both, e.g. --read-ms 30 --augment-ms 5, "
+                     "or neither")
+    if args.read_ms is not None and args.synthetic_upstream_ms is not None:
+        parser.error("argument --read-ms: not allowed with --synthetic-upstream-ms (the "
+                     "stand-in loader then takes --read-ms + --augment-ms per batch); drop "
+                     "--synthetic-upstream-ms")
+    if args.read_ms is None and args.synthetic_upstream_ms is None and args.module is None:
+        parser.error("one of the arguments --synthetic-upstream-ms --module is required, or "
+                     "the loader's two sides --read-ms MS --augment-ms MS")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dataecho profile", description=__doc__.splitlines()[0] if __doc__ else None)
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--synthetic-upstream-ms", metavar="MS",
                         type=_duration("--synthetic-upstream-ms", "40"),
                         help="a stand-in loader taking MS milliseconds per batch")
@@ -104,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     work.add_argument("--step", metavar="MODULE:NAME",
                       help="the step, called as fn(batch); timed until the accelerator in "
                            "use (CUDA, MPS, XLA) has finished it")
+    parser.add_argument("--read-ms", type=_duration("--read-ms", "30"), metavar="MS",
+                        help="the loader's read and decoding per batch, over its workers "
+                             "(with --augment-ms): the model's input where the loader "
+                             "reads no EchoDataset; alone, a stand-in loader takes the sum")
+    parser.add_argument("--augment-ms", type=_duration("--augment-ms", "5"), metavar="MS",
+                        help="the loader's augmentation per batch, over its workers (with "
+                             "--read-ms)")
     parser.add_argument("--no-sync", dest="sync", action="store_const", const=None,
                         default="auto",
                         help="time --step as it returns, without waiting for the "
@@ -117,27 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=_count("--warmup", 0, "untimed batches"), default=3,
                         help="untimed batches first in each pass, beyond what a "
                              "DataLoader's workers prefetch (default 3)")
-    parser.add_argument("--max-factor", default=DEFAULT_MAX_FACTOR,
+    parser.add_argument("--max-factor",
                         type=_count("--max-factor", 1, "the largest factor to advise; 1 "
                                                        "rules echoing out"),
-                        help=f"cap on the recommended factor (default {DEFAULT_MAX_FACTOR})")
+                        help=f"cap on the recommended factor (default {DEFAULT_MAX_FACTOR} "
+                             f"from R alone; with the two sides, Auto's: "
+                             f"{AUGMENTED_MAX_FACTOR} uses before augmentation, "
+                             f"{DEFAULT_MAX_FACTOR} after)")
     parser.add_argument("--json", action="store_true",
-                        help="print the numbers as JSON: medians, spreads, each pass, and "
-                             "the advised factor and variant (null where it gives none)")
-    args = parser.parse_args(argv)
-    try:
-        loader = (_Synthetic(args.synthetic_upstream_ms) if args.module is None
-                  else _load(args.module))
-        if callable(loader) and not isinstance(loader, Iterable):
-            loader = loader()
-        step = args.step_ms if args.step is None else _load(args.step)
-        result = profile(loader, step, batches=args.batches, warmup=args.warmup,
-                         steps=min(args.batches, 20), passes=args.passes, sync=args.sync)
-    except (ImportError, AttributeError, TypeError, ValueError) as err:
-        print(f"dataecho profile: {err}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result.as_dict(args.max_factor)))
-    else:
-        print(f"{result}\n\n{result.recommendation(args.max_factor)}")
-    return 0
+                        help="print the numbers as JSON: medians, spreads, each pass, the "
+                             "two sides per batch, the advised factor and variant and the "
+                             "model's prediction (null where it gives none)")
+    return parser

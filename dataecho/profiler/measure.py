@@ -4,6 +4,8 @@
 step's time. :func:`profile` times at least three passes and returns a
 :class:`Profile` of their medians and spreads, whose ``recommendation()`` is
 :func:`~dataecho.profiler.recommend`'s advice, or its refusal when the passes disagree.
+A loader that reads an ``EchoDataset`` also gives the two sides of the echo point
+(its ``sides()``), per batch, and the advice is then the model's prediction.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .._checks import check_positive_int, check_reiterable
+from ..timing import Sides
 from .result import Pass, Profile
 from .sync import Sync, resolve
 
@@ -54,6 +57,13 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     step (and after each step of the plain loop). Without it a CUDA step is timed at
     its launch cost, and ``R`` comes out too high.
 
+    Where the loader reads an ``EchoDataset`` (``loader.dataset``, or through wrappers
+    that keep it as ``.loader`` or ``.dataset``), its ``sides()`` after the passes give
+    the Profile's ``read_s`` and ``augment_s``: seconds per example times the loader's
+    ``batch_size``, over its ``num_workers`` (0: one reader, this process). They are per
+    fresh read and per augmentation call, so they hold whatever factor the dataset echoes
+    at; the advice then predicts each variant's gain from them.
+
     Args:
         loader: any re-iterable of batches (a DataLoader, a list), iterated twice per
             pass (alone, then with the step); a one-shot iterator or generator is refused.
@@ -86,7 +96,7 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     timed = [_pass(loader, run, wait, clock, batches, warmup, ahead, steps)
              for _ in range(passes)]
     return Profile.of([p for p, _ in timed], min(n for _, n in timed), warmup + ahead,
-                      workers)
+                      workers, *_sides_per_batch(loader, workers))
 
 
 def _pass(loader: Iterable[Any], run: Callable[[Any], object], wait: Callable[[], object],
@@ -147,6 +157,50 @@ def _prefetch(loader: object) -> tuple[int | None, int]:
         if loader is None:
             break
     return None, 0
+
+
+def _sides_per_batch(loader: object, workers: int | None) -> tuple[float | None, float | None]:
+    """(read_s, augment_s) per batch over the readers, from the EchoDataset the loader
+    reads; (None, None) where it reads none, nothing was timed, or the batch size is not
+    known."""
+    found = _echo_dataset(loader)
+    if found is None:
+        return None, None
+    sides = found.sides()
+    batch = 1 if found is loader else _batch_size(loader)
+    if not isinstance(sides, Sides) or sides.read_s is None or batch is None:
+        return None, None
+    per = batch / max(1, workers or 0)  # workers read in parallel; 0 or None: this process
+    return sides.read_s * per, (sides.augment_s or 0.0) * per
+
+
+def _echo_dataset(loader: object) -> Any:
+    """The first object with a ``sides()`` (an EchoDataset) at most 4 wrappers deep,
+    looking through ``.dataset`` and ``.loader``; None where there is none."""
+    level = [loader]
+    for _ in range(4):
+        for obj in level:
+            if callable(getattr(obj, "sides", None)):
+                return obj
+        level = [inner for obj in level for inner in (getattr(obj, "dataset", None),
+                                                      getattr(obj, "loader", None))
+                 if inner is not None]
+    return None
+
+
+def _batch_size(loader: object) -> int | None:
+    """Examples per batch: the first ``batch_size`` through ``.loader`` wrappers (a
+    DataLoader's None, which yields single examples, counts 1); None where none says."""
+    for _ in range(4):
+        if hasattr(loader, "batch_size"):
+            size = loader.batch_size
+            if size is None:
+                return 1
+            return size if isinstance(size, int) and size > 0 else None
+        loader = getattr(loader, "loader", None)
+        if loader is None:
+            break
+    return None
 
 
 def _too_short(read: int, warmup: int, ahead: int) -> ValueError:

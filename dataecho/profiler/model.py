@@ -100,7 +100,20 @@ class Costs:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A recommended variant and factor and the speedup the model predicts for them."""
+    """A recommended variant and factor and the speedup the model predicts for them.
+
+    Attributes:
+        variant: where to echo (``"before_augmentation"``, or ``"after_augmentation"``,
+            which batch echoing matches), None for no echoing.
+        factor: the factor (1.0 with no echoing).
+        speedup: steps per second at ``factor`` over none, times ``steps_ratio``.
+        augment_bound: the augmentation alone takes the step or more, so no factor
+            before augmentation frees it.
+
+    Example:
+        >>> predict(Costs(step_s=0.01, read_s=0.03, augment_s=0.012)).augment_bound
+        True
+    """
 
     variant: Variant | None
     factor: float
