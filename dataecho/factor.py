@@ -51,7 +51,11 @@ class Auto:
             (after augmentation, batches; :data:`DEFAULT_MAX_FACTOR`).
         buffer_size: recent items echoes are drawn from (examples for example
             echoing, batches for batch echoing); None: :data:`AUTO_BUFFER`'s default
-            for the level, 1,024 examples or 4 batches.
+            for the level, 1,024 examples or 4 batches. Example echoing one example at
+            a time (``EchoDataset``, ``pipeline(batch_size=None)``) spaces an example's
+            copies half of it apart, or a quarter of the examples the reader holds
+            where it knows them and that is fewer (a map-style data set's part); a stream's
+            part too short for the spacing warns at its end, naming the fix.
         agree: a cross-rank agreement such as
             ``dataecho.torch.distributed.RankAgreement()``, so every DDP rank takes the
             same decisions and number of steps; None for one process.

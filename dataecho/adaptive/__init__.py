@@ -2,7 +2,8 @@
 
 :class:`AdaptiveEcho` echoes whole items, :class:`AdaptiveExamples` examples before
 augmentation; ``schedule`` takes every decision of both, from an :class:`EchoBuffer` and a
-:class:`Feed` (a :class:`Prefetcher` thread, or a :class:`SimulatedFeed`).
+:class:`Feed` (a :class:`Prefetcher` thread, or a :class:`SimulatedFeed`); ``spacing``
+sets how far apart one item's copies stand, for the items a pass holds.
 """
 
 from ..factor import DEFAULT_MAX_FACTOR

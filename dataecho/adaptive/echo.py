@@ -27,6 +27,7 @@ from ..stats import EchoStats
 from .buffer import EchoBuffer
 from .prefetch import Channel, Prefetcher, reader
 from .schedule import Agreement, Feed, Scheduler, alone
+from .spacing import gap_for, items_left, warn_spacing
 
 T = TypeVar("T")
 
@@ -63,7 +64,10 @@ class AdaptiveEcho(Stage[T]):
         buffer_size: recent items echoes are drawn from (kept alive); 1: the latest, as in
             the paper, never the rest of a burst (``benchmarks/results/bursts.md``).
         prefetch: fresh items the thread reads ahead.
-        min_gap: steps between two uses of one item, at least; 0: none.
+        min_gap: steps between two uses of one item, at least; 0: none. A pass of a
+            known length (reading a :class:`~dataecho.Source` part) spaces them at most
+            a quarter of its items apart, or it might never echo; a pass too short for
+            ``min_gap`` that was late (a stream's) warns at its end.
         timeout: seconds to wait for one fresh item before TimeoutError; None: forever.
         seed: seed of the draws from the buffer.
         size: examples in an item, for accounting; default ``sizes.default_size``.
@@ -145,6 +149,8 @@ class AdaptiveEcho(Stage[T]):
             self._first = start
         if self._feed is None:  # before the snapshot below: this sets the resume state
             schedule.resume = self.upstream.state_dict()
+            # Spaced for this pass: a gap as long as the pass would hold back all its echoes.
+            schedule.buffer.gap = gap_for(self.min_gap, items_left(self.upstream))
             self._feed = feed = schedule.feed = self._make_feed(reader(self.upstream, self._size))
             laned = self.one_item_steps and self._solo and isinstance(feed, Prefetcher)
             self._channel = feed.channel if laned else None
@@ -154,6 +160,8 @@ class AdaptiveEcho(Stage[T]):
         except StopIteration:
             self._over, self._end = True, self._clock()
             self._blocked += self._end - start
+            warn_spacing(type(self).__name__, schedule.buffer.gap, schedule.warm,
+                          schedule.spaced_waits)
             raise
         except BaseException as err:  # KeyboardInterrupt included: stop the thread, promptly
             # The fresh items this step took never reached the consumer: uncount them,

@@ -107,6 +107,7 @@ class Scheduler:
         self.fresh, self.fresh_ex, self.steps = fresh, fresh_ex, steps
         self.emitted, self.emitted_ex = emitted, emitted_ex
         self.warm = 0  # fresh items since the pass began
+        self.spaced_waits = 0  # waits while the spacing held back items with echoes left
         self.last: Copy = (None, -1, 1, 0)  # the latest copy emitted off a lane; none yet
         self.lane: list[Any] | None = None  # the echoes taken ahead, last first
         self._sizes, self._marks = [0], [0]  # after each step ahead: examples, buffer log
@@ -140,6 +141,8 @@ class Scheduler:
                 self.fresh, self.fresh_ex = self.fresh + 1, self.fresh_ex + size
             taken, need, awaited = taken + fresh, need - fresh, 0
             if block:
+                if buffer.cooling:
+                    self.spaced_waits += 1
                 feed.wait()  # TimeoutError for a hung upstream; its error waits for get()
                 awaited = 1
             if echoes == 1:
