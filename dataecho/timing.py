@@ -6,12 +6,13 @@ A prediction of the gain needs both, measured where the data is read. :class:`Ti
 holds two :class:`Clock` s, and :func:`dataecho.pipeline` (given ``timing=``) wraps its
 read stage and its augmentation in :class:`Timed` stages that feed them. A clock times
 one call in :data:`EVERY`, so the cost per item is one counter test, and reports the
-median of its latest timed calls; the stages are transparent to checkpoints (their
-state is their upstream's).
+mean of the timed calls; the stages are transparent to checkpoints (their state is
+their upstream's).
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
@@ -26,15 +27,16 @@ T = TypeVar("T")
 EVERY = 31
 
 
-#: Timed calls a clock keeps (the latest): their median is its time per call, so a rare
-#: pause (a garbage collection, the process descheduled) does not skew it.
-RING = 32
-#: Places a clock takes in its store: calls, calls timed, then the ring.
-SIZE = 2 + RING
+#: Places a clock takes in its store: calls, calls timed, their nanoseconds.
+SIZE = 3
 
 
 class Clock:
-    """Sampled time of one side: calls, calls timed, and the latest timed calls' ns.
+    """Sampled time of one side: calls, calls timed, and the timed calls' nanoseconds.
+
+    Its time per call is the mean over the timed calls, which a read that waits now and
+    then (for the next shard of a stream) needs: most reads are quick, a few are long,
+    and the mean is what they cost together.
 
     Args:
         store: where its :data:`SIZE` numbers live (from ``at``): a list, or shared
@@ -43,9 +45,9 @@ class Clock:
 
     Example:
         >>> clock = Clock()
-        >>> for ns in (1000, 2000, 90_000): clock.add(ns, calls=31)
-        >>> clock.totals()[:2], clock.seconds_per_call()  # the median of three
-        ((93, 3), 2e-06)
+        >>> for ns in (1000, 2000, 6000): clock.add(ns, calls=31)
+        >>> clock.totals(), clock.seconds_per_call()
+        ((93, 3, 9000), 3e-06)
     """
 
     def __init__(self, store: MutableSequence[int] | None = None, at: int = 0) -> None:
@@ -54,31 +56,18 @@ class Clock:
     def add(self, ns: int, *, calls: int) -> None:
         """Records one timed call of ``ns`` nanoseconds, standing for ``calls`` calls."""
         store, at = self.store, self.at
-        timed = store[at + 1]
-        store[at + 2 + timed % RING] = ns
-        store[at], store[at + 1] = store[at] + calls, timed + 1
+        store[at] += calls
+        store[at + 1] += 1
+        store[at + 2] += ns
 
-    def totals(self) -> tuple[int, int]:
-        """(calls, calls timed)."""
-        return self.store[self.at], self.store[self.at + 1]
-
-    def samples(self) -> list[int]:
-        """The nanoseconds of the latest timed calls (at most :data:`RING`)."""
-        kept = min(self.store[self.at + 1], RING)
-        return list(self.store[self.at + 2:self.at + 2 + kept])
+    def totals(self) -> tuple[int, int, int]:
+        """(calls, calls timed, nanoseconds of the timed calls)."""
+        return self.store[self.at], self.store[self.at + 1], self.store[self.at + 2]
 
     def seconds_per_call(self) -> float | None:
-        """The median time of one call, or None before one was timed."""
-        return median_s(self.samples())
-
-
-def median_s(samples: list[int]) -> float | None:
-    """The median of nanosecond samples, in seconds; None for none."""
-    if not samples:
-        return None
-    ordered, mid = sorted(samples), len(samples) // 2
-    ns = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return ns / 1e9
+        """The mean time of one call, or None before one was timed."""
+        _, timed, ns = self.totals()
+        return ns / timed / 1e9 if timed else None
 
 
 class Timed(Stage[T]):
@@ -93,7 +82,7 @@ class Timed(Stage[T]):
         >>> from dataecho import Source
         >>> clock = Clock()
         >>> stage = Timed(Source(list(range(62)), shuffle=False), clock)
-        >>> len(list(stage)), clock.totals()
+        >>> len(list(stage)), clock.totals()[:2]
         (62, (62, 2))
     """
 
@@ -113,11 +102,17 @@ class Timed(Stage[T]):
         inner = self.inner
         if inner is not None:
             inner._forced, inner._last = True, 0
+        # A garbage collection that falls into a timed call (a worker's first one walks
+        # everything it inherited: ~0.1 s) is no cost of this side: it runs after.
+        collecting = gc.isenabled()
+        gc.disable()
         start = time.perf_counter_ns()
         try:
             item = next(self.upstream)
         finally:
             elapsed = time.perf_counter_ns() - start
+            if collecting:
+                gc.enable()
             if inner is not None:
                 inner._forced = False
         if self._forced:
@@ -196,19 +191,19 @@ class Timing:
         self.read, self.augment = Clock(store, at), Clock(store, at + SIZE)
 
     def sides(self) -> Sides:
-        """The median time per call of each side (the augmentation's without the read's)."""
+        """The mean time per call of each side (the augmentation's without the read's)."""
         return sides_of([self])
 
 
 def sides_of(timings: list[Timing]) -> Sides:
-    """The sides of several readers' timings: their calls added, their samples pooled.
+    """The sides of several readers' timings: their calls and timed calls added up.
 
     Example:
         >>> sides_of([Timing(), Timing()])
         Sides(read_s=None, augment_s=0.0, reads=0, augments=0)
     """
-    reads = sum(t.read.totals()[0] for t in timings)
-    augments = sum(t.augment.totals()[0] for t in timings)
-    read_s = median_s([ns for t in timings for ns in t.read.samples()])
-    augment_s = median_s([ns for t in timings for ns in t.augment.samples()])
-    return Sides(read_s, 0.0 if not augments else augment_s, reads, augments)
+    read = Clock([sum(n) for n in zip(*(t.read.totals() for t in timings), strict=True)])
+    augment = Clock([sum(n) for n in zip(*(t.augment.totals() for t in timings), strict=True)])
+    reads, augments = read.totals()[0], augment.totals()[0]
+    return Sides(read.seconds_per_call(), 0.0 if not augments else augment.seconds_per_call(),
+                 reads, augments)

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from dataecho import Source, pipeline
-from dataecho.timing import EVERY, RING, SIZE, Clock, Timed, Timing
+from dataecho import IterableSource, Source, pipeline
+from dataecho.timing import EVERY, SIZE, Clock, Timed, Timing
 from helpers.checkpoint import assert_restores_everywhere
 
 
@@ -84,14 +84,32 @@ def test_a_clock_in_shared_storage_writes_only_its_own_places():
     clock = Clock(store, at=SIZE)
     list(Timed(Source(list(range(2 * EVERY)), shuffle=False), clock))
     assert store[:SIZE] == [0] * SIZE and store[2 * SIZE:] == [0] * SIZE
-    assert clock.totals() == (2 * EVERY, 2) and len(clock.samples()) == 2
+    assert clock.totals()[:2] == (2 * EVERY, 2) and clock.totals()[2] > 0
 
 
-def test_a_rare_pause_does_not_skew_a_clock_and_it_keeps_the_latest_calls():
+def test_a_garbage_collection_inside_a_timed_call_is_not_counted_and_runs_after():
+    import gc
+
+    class Collecting:  # a read during which the collector would run
+        def __init__(self):
+            self.pauses = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.pauses += not gc.isenabled()  # disabled only while timed
+            return 1
+
+    clock, reads = Clock(), Collecting()
+    stage = Timed(IterableSource(reads), clock)
+    for _ in range(2 * EVERY):
+        next(stage)
+    assert reads.pauses == 2 and gc.isenabled() and clock.totals()[1] == 2
+
+
+def test_a_read_that_waits_now_and_then_costs_its_mean():
     clock = Clock()
-    for ns in [1000] * 10 + [10**9]:  # one call descheduled for a second
+    for ns in [1000] * 9 + [91_000]:  # a read that waits for its next shard once in ten
         clock.add(ns, calls=EVERY)
-    assert clock.seconds_per_call() == 1e-6
-    for _ in range(RING):
-        clock.add(5000, calls=EVERY)
-    assert clock.seconds_per_call() == 5e-6 and clock.totals() == ((11 + RING) * EVERY, 11 + RING)
+    assert clock.seconds_per_call() == pytest.approx(1e-5)
