@@ -8,10 +8,11 @@ subcommand's ``--help`` needs numpy only.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ._extras import DISTRIBUTIONS, installed
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,6 @@ COMMANDS: dict[str, Command] = {
                       "write the Markdown report and figures from a result store"),
 }
 
-# Import names that differ from the names pip installs.
-_DISTRIBUTIONS = {"PIL": "Pillow", "sklearn": "scikit-learn"}
-
-
 class MissingExtra(ModuleNotFoundError):
     """An optional dependency of a subcommand is not installed; the message names its extra."""
 
@@ -54,7 +51,7 @@ def missing(*modules: str) -> list[str]:
         >>> missing("json", "no_such_module_here")
         ['no_such_module_here']
     """
-    return [name for name in modules if not _installed(name)]
+    return [name for name in modules if not installed(name)]
 
 
 def require(command: str, extra: str, *modules: str) -> None:
@@ -74,20 +71,11 @@ def require(command: str, extra: str, *modules: str) -> None:
 
 def extra_message(command: str, extra: str, modules: list[str]) -> str:
     """One line: what ``command`` needs, that it is not installed, and the pip command."""
-    names = [_DISTRIBUTIONS.get(name, name) for name in modules]
+    names = [DISTRIBUTIONS.get(name, name) for name in modules]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     verb = "is" if len(names) == 1 else "are"
     return (f"dataecho {command} needs {listed}, which {verb} not installed; "
             f"pip install 'dataecho[{extra}]'")
-
-
-def _installed(name: str) -> bool:
-    if name in sys.modules:
-        return sys.modules[name] is not None
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a finder that refuses it, a broken parent
-        return False
 
 
 def _usage() -> str:
@@ -114,7 +102,7 @@ def _run(name: str, rest: list[str]) -> int:
         # Only a dependency that is absent: a module that is installed but fails to
         # import (a broken build, a bug) keeps its traceback.
         root = (error.name or "").partition(".")[0]
-        if cmd.extra is None or not root or root == "dataecho" or _installed(root):
+        if cmd.extra is None or not root or root == "dataecho" or installed(root):
             raise
         print(extra_message(name, cmd.extra, [root]), file=sys.stderr)
         return 1

@@ -23,7 +23,12 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import grain
+from ._extras import needs
+
+try:
+    import grain
+except ModuleNotFoundError as error:
+    raise needs(error, "dataecho.grain", "grain", "grain") from None
 
 from ._checks import check_seed, state_int, state_mapping, state_value
 from .echo import Echo

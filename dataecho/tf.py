@@ -18,7 +18,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
+from ._extras import needs
+
+try:
+    import tensorflow as tf
+except ModuleNotFoundError as error:
+    raise needs(error, "dataecho.tf", "tensorflow", "tf", "TensorFlow") from None
 
 from . import _rng
 from ._checks import check_bool, check_positive_int, check_seed, check_size

@@ -10,18 +10,18 @@ For DDP, ``dataecho.torch.distributed.RankAgreement`` keeps adaptive echoing in 
 across ranks; it is imported from there, so this package needs no process group.
 """
 
-try:
-    from .augment import Seeded
-    from .batches import EchoBatches
-    from .dataset import EchoDataset
-    from .ranks import shard_of
-    from .reading import Indexed, Streamed
+from .._extras import needs
+
+try:  # first, so that every dataecho.torch module without torch fails with this one line
+    import torch as _torch  # noqa: F401
 except ModuleNotFoundError as error:
-    if error.name != "torch":  # torch is there; something it needs is not: keep that error
-        raise
-    raise ModuleNotFoundError(
-        "dataecho.torch needs PyTorch, which is not installed; pip install "
-        "'dataecho[torch]' (or the torch build for your accelerator, from pytorch.org)",
-        name="torch") from None
+    raise needs(error, "dataecho.torch", "torch", "torch", "PyTorch",
+                "(or the torch build for your accelerator, from pytorch.org)") from None
+
+from .augment import Seeded
+from .batches import EchoBatches
+from .dataset import EchoDataset
+from .ranks import shard_of
+from .reading import Indexed, Streamed
 
 __all__ = ["EchoBatches", "EchoDataset", "Indexed", "Seeded", "Streamed", "shard_of"]
