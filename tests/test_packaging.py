@@ -1,6 +1,7 @@
 """What `pip install dataecho` gets: the wheel and sdist hold what they should, on any OS."""
 
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,23 @@ def test_the_wheel_holds_py_typed_the_license_and_the_metadata(dists):
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nProject-URL: Repository, https://github.com/dataecho/dataecho\n" in metadata
     assert "\nClassifier: Typing :: Typed\n" in metadata
+
+
+def test_the_package_index_page_s_links_and_figure_are_absolute(dists):
+    # The index shows the README from the wheel's metadata, away from the repository:
+    # a relative link there leads nowhere and a relative figure does not load.
+    with zipfile.ZipFile(dists[1]) as wheel:
+        info = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        description = wheel.read(info).decode().partition("\n\n")[2]
+    targets = re.findall(r"\]\(([^)\s]+)\)", description)
+    assert "![" in description and len(targets) > 10
+    assert [t for t in targets if not t.startswith("https://")] == []
+
+
+def test_the_wheel_ships_no_benchmarks_so_report_asks_for_the_wall_clock_summary(dists):
+    # `dataecho report` and `reproduce` say so when --wallclock is left out (test_cli).
+    with zipfile.ZipFile(dists[1]) as wheel:
+        assert not [n for n in wheel.namelist() if n.startswith("benchmarks/")]
 
 
 def test_the_sdist_holds_the_license_and_leaves_the_tests_out(dists):
