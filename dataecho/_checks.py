@@ -7,14 +7,17 @@ our source to learn what we wanted.
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 import operator
 import reprlib
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 _MAX_SEED = 2**63 - 1
 _STATE_FIX = "pass the dict saved from this one's checkpoint"  # a bad state's usual remedy
@@ -334,3 +337,39 @@ def check_epochs(num_epochs: object, epoch: object) -> tuple[int | None, int]:
     """
     count = None if num_epochs is None else check_positive_int(num_epochs, "num_epochs")
     return count, check_positive_int(epoch, "epoch", minimum=0)
+
+
+def flag(check: Callable[[Any, str], T], name: str,
+         parse: Callable[[str], Any] = float) -> Callable[[str], T]:
+    """An argparse ``type=`` that runs one of these checks on a command-line flag.
+
+    The text is parsed with ``parse`` (argparse's own "invalid float value" when it
+    cannot be), then checked as ``check(value, name)``; a value the check refuses is a
+    usage error (exit status 2) with the check's message after argparse's "argument
+    NAME:", before the command does anything.
+
+    Args:
+        check: a check of this module, e.g. :func:`check_factor`.
+        name: the flag, e.g. ``"--factor"``.
+        parse: turns the flag's text into a value, e.g. ``int``.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="tour", exit_on_error=False)
+        >>> _ = parser.add_argument("--factor", type=flag(check_factor, "--factor"))
+        >>> parser.parse_args(["--factor", "2.5"]).factor
+        2.5
+        >>> try:
+        ...     parser.parse_args(["--factor", "0"])
+        ... except argparse.ArgumentError as e:
+        ...     print(str(e)[:45])
+        argument --factor: must be >= 1 (each item is
+    """
+    def convert(text: str) -> T:
+        value = parse(text)  # a ValueError here: argparse says "invalid <parse> value"
+        try:
+            return check(value, name)
+        except (TypeError, ValueError) as error:  # argparse puts the flag's name first
+            raise argparse.ArgumentTypeError(str(error).removeprefix(f"{name} ")) from None
+
+    convert.__name__ = getattr(parse, "__name__", "convert")  # for argparse's message
+    return convert

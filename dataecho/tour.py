@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import check_factor, check_positive_int, check_seed, flag
 from .pipeline import VARIANTS, pipeline
 
 
@@ -27,10 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     """
     summary = (main.__doc__ or "").split("\n\n")[0]  # not the docstring's doctest
     parser = argparse.ArgumentParser(prog="dataecho tour", description=summary)
-    parser.add_argument("--examples", type=int, default=12, help="data set size")
-    parser.add_argument("--factor", type=float, default=2.0, help="echo factor")
-    parser.add_argument("--batch-size", type=int, default=4, help="examples per batch")
-    parser.add_argument("--seed", type=int, default=0, help="the pipeline seed")
+    # Checked as the flags are parsed: a bad value is a usage error naming its flag,
+    # before any of the tour is printed.
+    parser.add_argument("--examples", type=flag(check_positive_int, "--examples", int),
+                        default=12, help="data set size, >= 1 (default 12)")
+    parser.add_argument("--factor", type=flag(check_factor, "--factor"), default=2.0,
+                        help="echo factor, a number >= 1 (default 2)")
+    parser.add_argument("--batch-size", type=flag(check_positive_int, "--batch-size", int),
+                        default=4, help="examples per batch, >= 1 (default 4)")
+    parser.add_argument("--seed", type=flag(check_seed, "--seed", int), default=0,
+                        help="the pipeline seed, in [0, 2**63) (default 0)")
     args = parser.parse_args(argv)
     data = list(range(args.examples))
     print(f"dataecho tour: {args.examples} examples, factor {args.factor}, "

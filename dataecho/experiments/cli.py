@@ -143,15 +143,26 @@ def _wallclock_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wallclock", default="auto",
         help="summary of benchmarks/wallclock.py whose input-bound speedups judge finding "
-             f"2 (default 'auto': {WALLCLOCK} if it exists; 'none' to leave it out)")
+             f"2; 'none' leaves it out (default 'auto': {WALLCLOCK}, from the root of a "
+             "clone of the repository; required elsewhere, as an installed dataecho ships "
+             "no benchmarks/)")
 
 
 def _wallclock(value: str) -> Path | None:
-    """The wall-clock summary to use: an explicit path must exist; 'auto' may be absent."""
+    """The wall-clock summary to use: an explicit path must exist, and so must 'auto's."""
     if value == "none":
         return None
     if value == "auto":
-        return WALLCLOCK if WALLCLOCK.is_file() else None
+        if WALLCLOCK.is_file():
+            return WALLCLOCK
+        # Outside a clone (an installed wheel has no benchmarks/): say so rather than
+        # leave finding 2 out of the report without a word.
+        raise FileNotFoundError(
+            f"--wallclock is required here: its default, {WALLCLOCK}, is the summary "
+            f"that benchmarks/wallclock.py writes in a clone of the repository, and "
+            f"{Path.cwd()} has none (an installed dataecho ships no benchmarks/); pass "
+            "--wallclock PATH to a wallclock-<tag>.json summary, or --wallclock none to "
+            "leave finding 2's wall-clock evidence out of the report")
     path = Path(value)
     if not path.is_file():
         raise FileNotFoundError(f"--wallclock {value}: no such file; pass the .json summary "
