@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # the report itself needs no torch: benchmarks/wallclock.py -
 
 
 PREDICTED_NOTE = (
-    "predicted: the model from the run's own step, read and augmentation times and its "
-    "steps to target against\nthe baseline's (dataecho.profiler.model); efficiency: "
-    "speedup / predicted.")
+    "predicted: the model (dataecho.profiler.model) from the baseline's step, read and "
+    "augmentation times at the\nrun's realised e, times the steps to target of the "
+    "baseline over the run's; efficiency: speedup / predicted.")
 
 
 def measured_ratio(baseline: RunResult) -> float:
@@ -39,9 +39,8 @@ def measured_ratio(baseline: RunResult) -> float:
 def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
     """One row per run; speedups only where both the run and the baseline were measured.
 
-    ``predicted_speedup`` is the model's (:mod:`dataecho.profiler.model`) from the run's
-    own step, read and augmentation times, times its steps to target against the
-    baseline's; ``efficiency`` is the measured speedup over it.
+    ``predicted_speedup`` is the model's (:func:`predicted_speedup`: what the profiler
+    predicts from the baseline's times) and ``efficiency`` the measured speedup over it.
     """
     base = runs[0]
     rows = []
@@ -73,27 +72,30 @@ def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
 def predicted_speedup(run: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
     """The model's speedup (:mod:`dataecho.profiler.model`) for a run's record.
 
-    From the run's own step, read and augmentation times per batch (``step_s``,
-    ``read_s``, ``augment_s`` of :meth:`RunResult.as_dict`), its realised factor and its
-    steps to target against the baseline's; None where one of them was not measured.
+    What the profiler would predict before the run: from the baseline's measured step,
+    read and augmentation times per batch (``step_s``, ``read_s``, ``augment_s`` of
+    :meth:`RunResult.as_dict`), at the run's realised factor, times the steps to target
+    of the baseline over the run's; None where one of them was not measured.
 
     Example:
-        >>> run = {"step_s": 0.1, "read_s": 0.3, "augment_s": 0.05, "steps_to_target": 120,
-        ...        "realised_factor": 4.0, "variant": "before_augmentation"}
-        >>> round(predicted_speedup(run, {"steps_to_target": 100}), 2)
+        >>> base = {"step_s": 0.1, "read_s": 0.3, "augment_s": 0.05, "steps_to_target": 100}
+        >>> run = {"steps_to_target": 120, "realised_factor": 4.0,
+        ...        "variant": "before_augmentation"}
+        >>> round(predicted_speedup(run, base), 2)
         2.33
     """
-    needed = ("step_s", "read_s", "augment_s", "steps_to_target", "realised_factor")
-    if any(run.get(k) is None for k in needed) or not base.get("steps_to_target"):
+    needed = ("step_s", "read_s", "augment_s", "steps_to_target")
+    if any(base.get(k) is None for k in needed) or not run.get("steps_to_target"):
         return None
-    if not (run["step_s"] > 0 and math.isfinite(run["realised_factor"])):
+    factor = run.get("realised_factor")
+    if not (base["step_s"] > 0 and factor is not None and math.isfinite(factor)):
         return None
-    costs = Costs(step_s=run["step_s"], read_s=run["read_s"], augment_s=run["augment_s"])
+    costs = Costs(step_s=base["step_s"], read_s=base["read_s"], augment_s=base["augment_s"])
     # Batches, like identical copies, skip the augmentation.
     variant: Variant = ("before_augmentation" if run.get("variant") == "before_augmentation"
                         else "after_augmentation")
     steps_ratio = base["steps_to_target"] / run["steps_to_target"]
-    return costs.speedup(variant, max(run["realised_factor"], 1.0), steps_ratio)
+    return costs.speedup(variant, max(factor, 1.0), steps_ratio)
 
 
 def table(rows: list[dict[str, Any]], target: float) -> str:
