@@ -181,23 +181,19 @@ class _Sockets:
 
 
 class _Connection(http.client.HTTPConnection):
+    """A connection that records its socket, so a close can shut it down under a read."""
+
     def __init__(self, *args: Any, sockets: _Sockets, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sockets = sockets
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # HTTPSConnection's, in _SecureConnection: TLS wraps it first
         self.sockets.add(self.sock)
 
 
-class _SecureConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, sockets: _Sockets, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sockets = sockets
-
-    def connect(self) -> None:
-        super().connect()
-        self.sockets.add(self.sock)
+class _SecureConnection(_Connection, http.client.HTTPSConnection):
+    """The same, over TLS."""
 
 
 class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
