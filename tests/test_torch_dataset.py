@@ -970,9 +970,12 @@ def sleepy_flip(x, rng):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_sides_time_the_read_and_the_augmentation_in_every_worker(num_workers):
+def test_sides_time_the_read_and_the_augmentation_in_every_worker(num_workers, monkeypatch):
+    import dataecho.timing
+
+    monkeypatch.setattr(dataecho.timing, "EVERY", 1)  # every call (forked workers too)
     ds = EchoDataset(SlowReads(), augment=sleepy_flip, factor=2, buffer_size=4, seed=0)
     assert sum(len(b) for b in DataLoader(ds, batch_size=8, num_workers=num_workers)) == 248
     sides = ds.sides()  # a sleep overshoots by a little, never undershoots
-    assert sides.reads <= 124 and sides.augments <= 248 and sides.augments >= 2 * 31
-    assert 0.003 <= sides.read_s <= 0.0036 and 0.001 <= sides.augment_s <= 0.0014
+    assert (sides.reads, sides.augments) == (124, 248)
+    assert 0.003 <= sides.read_s <= 0.004 and 0.001 <= sides.augment_s <= 0.0015
