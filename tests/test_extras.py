@@ -83,6 +83,14 @@ def test_the_hugging_face_adapter_without_transformers_names_its_extra():
         "installed; pip install 'dataecho[hf]'")
 
 
+def test_the_nodes_adapter_without_torchdata_names_its_extra():
+    pytest.importorskip("torch")
+    done = run_without(["torchdata"], "import dataecho.torch.nodes")
+    assert done.stderr.splitlines()[-1] == (
+        "ModuleNotFoundError: dataecho.torch.nodes needs torchdata, which is not installed; "
+        "pip install 'dataecho[torchdata]'")
+
+
 def test_ray_data_imports_with_numpy_alone():
     # echo_rows and CountCopies work on whatever dataset and batches they are given.
     done = run_without(["ray", "torch"], "import dataecho.ray_data; print('ok')")

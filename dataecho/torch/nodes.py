@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from torchdata.nodes import BaseNode
+from .._extras import needs
+
+try:
+    from torchdata.nodes import BaseNode
+except ModuleNotFoundError as error:
+    raise needs(error, "dataecho.torch.nodes", "torchdata", "torchdata") from None
 
 from .. import _rng
 from .._checks import check_positive_int, check_seed, check_size
