@@ -138,9 +138,8 @@ def most_copies(factor: float | Auto) -> int:
         >>> most_copies(2.5), most_copies(Auto(max_factor=3))
         (3, 3)
     """
-    if isinstance(factor, Auto):
-        return factor.cap(True) if factor.max_factor is not None else max(
-            AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR)
+    if isinstance(factor, Auto):  # its cap, for copies augmented anew or identical ones
+        return max(factor.cap(augmented=True), factor.cap(augmented=False))
     return math.ceil(factor)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._checks import check_positive_int
-from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
+from ..factor import Auto
 
 Variant = Literal["before_augmentation", "after_augmentation", "batch"]
 
@@ -138,14 +138,14 @@ def predict(costs: Costs, max_factor: int | None = None,
         >>> predict(Costs(step_s=0.01, read_s=0.04, augment_s=0.02)).variant
         'after_augmentation'
     """
-    caps: dict[Variant, int] = {"before_augmentation": AUGMENTED_MAX_FACTOR,
-                                "after_augmentation": DEFAULT_MAX_FACTOR}
     if max_factor is not None:
-        caps = dict.fromkeys(caps, check_positive_int(max_factor, "max_factor"))
+        max_factor = check_positive_int(max_factor, "max_factor")
     augment_bound = costs.augment_s >= costs.step_s
     options = []
-    for variant, cap in caps.items():
-        factor = max(1.0, math.floor(min(costs.free_factor(variant), cap) * 4 + 1e-9) / 4)
+    variants: tuple[Variant, ...] = ("before_augmentation", "after_augmentation")
+    for variant in variants:
+        most = cap(variant, max_factor)
+        factor = max(1.0, math.floor(min(costs.free_factor(variant), most) * 4 + 1e-9) / 4)
         options.append(Prediction(variant, factor, costs.speedup(variant, factor, steps_ratio),
                                   augment_bound))
     before, after = options
@@ -153,3 +153,16 @@ def predict(costs: Costs, max_factor: int | None = None,
     if not costs.input_bound or best.factor == 1.0:
         return Prediction(None, 1.0, 1.0, augment_bound)
     return best
+
+
+def cap(variant: Variant, max_factor: int | None = None) -> int:
+    """The most uses of one example :func:`predict` advises for ``variant``.
+
+    ``max_factor`` if given, else ``dataecho.Auto``'s own cap: 8 for copies augmented
+    anew (before augmentation), 4 for identical ones.
+
+    Example:
+        >>> cap("before_augmentation"), cap("after_augmentation"), cap("batch", 3)
+        (8, 4, 3)
+    """
+    return Auto(max_factor=max_factor).cap(augmented=variant == "before_augmentation")

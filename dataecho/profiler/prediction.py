@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 
 from .._checks import check_positive_int
-from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
-from .model import Costs, Prediction, predict
+from .model import Costs, Prediction, cap, predict
 
 # Where the last factor of the prediction, steps(1) / steps(e), comes from.
 TO_A_TARGET = ("to a target, times steps(1)/steps(e) of your workload, measured with "
@@ -62,7 +61,7 @@ def explain(costs: Costs, prediction: Prediction, max_factor: int | None = None)
     lines = [f"Input-bound: {sides} per batch (over its workers) exceeds the {step:.2f} ms "
              f"step: the accelerator idles {1 - step / (read + augment):.0%}."]
     if prediction.augment_bound:
-        best = costs.speedup("before_augmentation", _cap("before_augmentation", max_factor))
+        best = costs.speedup("before_augmentation", cap("before_augmentation", max_factor))
         lines.append(
             f"Augmentation-bound: the augmentation alone, {augment:.2f} ms per batch, takes "
             f"the {step:.2f} ms step or more: echoing before augmentation repeats it for every "
@@ -81,10 +80,10 @@ def explain(costs: Costs, prediction: Prediction, max_factor: int | None = None)
     e, variant = prediction.factor, prediction.variant
     where = "before augmentation" if variant == "before_augmentation" else "after augmentation"
     free = costs.free_factor(variant)
-    cap = (f" (capped at {_cap(variant, max_factor)} uses of an example; free up to "
+    capped = (f" (capped at {cap(variant, max_factor)} uses of an example; free up to "
            f"{'any factor' if math.isinf(free) else f'e = {free:.2f}'})"
            if free >= e + 0.25 else "")
-    lines.append(f"Prediction: {prediction.speedup:.2f}x steps/s at e = {e:g} {where}{cap}; "
+    lines.append(f"Prediction: {prediction.speedup:.2f}x steps/s at e = {e:g} {where}{capped}; "
                  f"{TO_A_TARGET}.")
     if variant == "before_augmentation":
         lines.append(f"Variant: EchoDataset(data, augment=..., factor={e:g}) or "
@@ -95,10 +94,3 @@ def explain(costs: Costs, prediction: Prediction, max_factor: int | None = None)
                      f"factor={e:g}) (identical copies of each augmented example), or batch "
                      f"echoing: EchoBatches(loader, factor={e:g}).")
     return lines
-
-
-def _cap(variant: str, max_factor: int | None) -> int:
-    # predict()'s caps: Auto's unless the caller chose one.
-    if max_factor is not None:
-        return max_factor
-    return AUGMENTED_MAX_FACTOR if variant == "before_augmentation" else DEFAULT_MAX_FACTOR
