@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from ..profiler.measure import sides_per_batch
 from .augment import normalize
 
 
@@ -200,30 +201,12 @@ def train_run(result: RunResult, loader: Iterable[Any], step: Step, evaluate: Ev
         result.worker_rss_mb = worker_peak_mb(epochs.it)
         epochs.close()
     result.epochs = epochs.epoch + 1
-    result.read_s, result.augment_s = loader_sides(loader) or (None, None)
+    result.read_s, result.augment_s = sides_per_batch(loader)
     stats = getattr(loader, "stats", None)  # EchoBatches: counted where it echoes
     if callable(stats):
         counts = stats()
         result.echo_counts = (counts.fresh_examples, counts.emitted_examples)
     return result
-
-
-def loader_sides(loader: object) -> tuple[float, float] | None:
-    """The read and the augmentation of one batch, in seconds over the loader's workers.
-
-    From ``EchoDataset.sides()`` (per example, per reader) times the batch size over
-    the readers; None where the loader does not read an ``EchoDataset`` or a side was
-    not timed yet.
-    """
-    inner = getattr(loader, "loader", loader)  # EchoBatches wraps the DataLoader
-    sides = getattr(getattr(inner, "dataset", None), "sides", None)
-    if not callable(sides):
-        return None
-    measured = sides()
-    if measured.read_s is None or measured.augment_s is None:
-        return None
-    per_batch = getattr(inner, "batch_size", 1) / max(1, getattr(inner, "num_workers", 0))
-    return measured.read_s * per_batch, measured.augment_s * per_batch
 
 
 def worker_peak_mb(it: object) -> float | None:

@@ -96,7 +96,7 @@ def profile(loader: Iterable[Any], step: Callable[[Any], object] | float, *,
     timed = [_pass(loader, run, wait, clock, batches, warmup, ahead, steps)
              for _ in range(passes)]
     return Profile.of([p for p, _ in timed], min(n for _, n in timed), warmup + ahead,
-                      workers, *_sides_per_batch(loader, workers))
+                      workers, *sides_per_batch(loader))
 
 
 def _pass(loader: Iterable[Any], run: Callable[[Any], object], wait: Callable[[], object],
@@ -159,10 +159,19 @@ def _prefetch(loader: object) -> tuple[int | None, int]:
     return None, 0
 
 
-def _sides_per_batch(loader: object, workers: int | None) -> tuple[float | None, float | None]:
-    """(read_s, augment_s) per batch over the readers, from the EchoDataset the loader
-    reads; (None, None) where it reads none, nothing was timed, or the batch size is not
-    known."""
+def sides_per_batch(loader: object) -> tuple[float | None, float | None]:
+    """(read_s, augment_s) of one batch, in seconds over the loader's workers.
+
+    From the ``EchoDataset`` the loader reads (``sides()``: per example, per reader),
+    found through ``.dataset`` and ``.loader`` wrappers (``EchoBatches``), times the
+    batch size over the workers, which read in parallel; (None, None) where it reads
+    none, nothing was timed, or the batch size is not known.
+
+    Example:
+        >>> sides_per_batch([[1, 2], [3, 4]])
+        (None, None)
+    """
+    workers, _ = _prefetch(loader)
     found = _echo_dataset(loader)
     if found is None:
         return None, None
