@@ -1,38 +1,23 @@
 """`dataecho`: every --help on numpy alone, a missing extra named in one line, --version."""
 
-import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 import dataecho
 from dataecho.cli import COMMANDS, main
+from helpers.absent import run_without
 
-# Runs `dataecho ARGS` in a fresh interpreter where the modules named in BLOCKED cannot be
-# imported, as on an install without the extras (a finder ahead of the real ones refuses
-# them, so it does not matter whether they are installed here).
-BLOCKING = textwrap.dedent("""
-    import importlib.abc, json, sys
-    BLOCKED = set(json.loads(sys.argv[1]))
-
-    class Absent(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, Absent())
-    from dataecho.cli import main
-    raise SystemExit(main(sys.argv[2:]))
-""")
 EXTRAS = ["torch", "PIL", "matplotlib", "sklearn", "torchdata"]
 
 
+CLI = "from dataecho.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+
+
 def dataecho_without(blocked, *args, cwd=None):
-    return subprocess.run([sys.executable, "-c", BLOCKING, json.dumps(blocked), *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    """Runs `dataecho ARGS` where the modules named in ``blocked`` cannot be imported."""
+    return run_without(blocked, CLI, *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -128,17 +113,6 @@ def test_the_tour_takes_a_fractional_factor_and_prints_it(capsys):
     assert main(["tour", "--factor", "1.5", "--examples", "8"]) == 0
     assert capsys.readouterr().out.startswith(
         "dataecho tour: 8 examples, factor 1.5, batch size 4\n")
-
-
-def test_importing_dataecho_torch_without_torch_names_the_extra():
-    code = BLOCKING.replace("from dataecho.cli import main\nraise SystemExit(main(sys.argv[2:]))",
-                            "import dataecho.torch")
-    done = subprocess.run([sys.executable, "-c", code, '["torch"]'], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 1
-    assert done.stderr.splitlines()[-1] == (
-        "ModuleNotFoundError: dataecho.torch needs PyTorch, which is not installed; pip install "
-        "'dataecho[torch]' (or the torch build for your accelerator, from pytorch.org)")
 
 
 def test_a_dependency_that_is_installed_but_broken_keeps_its_traceback(monkeypatch):

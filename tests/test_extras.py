@@ -1,7 +1,5 @@
 """An integration imported without its framework ends with one line naming the extra."""
 
-import json
-import subprocess
 import sys
 import textwrap
 import tomllib
@@ -10,35 +8,14 @@ from pathlib import Path
 import pytest
 
 from dataecho._extras import installed, needs
+from helpers.absent import run_without
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
     "optional-dependencies"]
 
-# Imports STATEMENT in a fresh interpreter where the packages named in BLOCKED (and their
-# submodules) cannot be imported, as on an install without them: a finder ahead of the
-# real ones refuses them, so it does not matter whether they are installed here.
-BLOCKING = textwrap.dedent("""
-    import importlib.abc, json, sys
-    BLOCKED = set(json.loads(sys.argv[1]))
-
-    class Absent(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, Absent())
-    exec(sys.argv[2])
-""")
-
 TORCH = ("dataecho.torch needs PyTorch, which is not installed; pip install 'dataecho[torch]' "
          "(or the torch build for your accelerator, from pytorch.org)")
-
-
-def run_without(blocked, statement):
-    return subprocess.run([sys.executable, "-c", BLOCKING, json.dumps(blocked), statement],
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("module, package, extra, message", [
