@@ -41,6 +41,10 @@ class EchoBatches:
 
     Lightning: return it from ``train_dataloader``; checkpoints carry its state, and
     the trainer tells it the epoch through :attr:`sampler`, as it does a DataLoader's.
+    Hugging Face ``Trainer``: return it from ``get_train_dataloader``
+    (``EchoBatches(super().get_train_dataloader(), factor=2)``, a whole-number factor,
+    since the Trainer reads ``len()`` once); the Trainer tells it each epoch, and
+    :class:`dataecho.torch.hf.ExactResume` resumes it exactly.
 
     Args:
         loader: any iterable of batches, re-iterable once per epoch (a DataLoader, a
@@ -113,11 +117,15 @@ class EchoBatches:
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch for this wrapper and passes it on to the loader.
 
-        The first of these with a ``set_epoch`` gets it: ``loader.sampler``
+        A loader with a ``set_epoch`` of its own gets it (accelerate's prepared loader,
+        which the Hugging Face ``Trainer`` builds: it passes the epoch to its seeded
+        sampler, and would otherwise reset the sampler to its own count of finished
+        passes when iterated, which a loader left after ``len()`` batches never
+        finishes); else the first of these with a ``set_epoch``: ``loader.sampler``
         (``DataLoader(sampler=DistributedSampler(...))``), ``loader.batch_sampler``,
-        ``loader.batch_sampler.sampler``, the loader itself. A checkpoint loaded for
-        another epoch is dropped (its counts stay in :meth:`stats`); one loaded for
-        this epoch still resumes where it stopped.
+        ``loader.batch_sampler.sampler``. A checkpoint loaded for another epoch is
+        dropped (its counts stay in :meth:`stats`); one loaded for this epoch still
+        resumes where it stopped.
 
         Raises:
             TypeError: ``epoch`` is not an int.
@@ -125,8 +133,8 @@ class EchoBatches:
         """
         self._loop.set_epoch(epoch)
         batch_sampler = getattr(self.loader, "batch_sampler", None)
-        for target in (getattr(self.loader, "sampler", None), batch_sampler,
-                       getattr(batch_sampler, "sampler", None), self.loader):
+        for target in (self.loader, getattr(self.loader, "sampler", None), batch_sampler,
+                       getattr(batch_sampler, "sampler", None)):
             if callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(self.epoch)  # type: ignore[union-attr]
                 break
@@ -138,14 +146,15 @@ class EchoBatches:
         ``accelerate.skip_first_batches`` (and so the Hugging Face ``Trainer``'s
         resume) rebuilds a plain loader from ``loader.dataset``, which would drop the
         echo; reading this attribute raises an ``AttributeError`` that says how to
-        resume instead.
+        resume instead (in the Trainer: :class:`dataecho.torch.hf.ExactResume`).
         """
         raise AttributeError(
             "EchoBatches has no dataset of its own to rebuild a loader from, so it cannot "
             "be resumed by skipping batches (accelerate.skip_first_batches, the Hugging "
-            "Face Trainer's resume_from_checkpoint); resume it exactly from its own "
-            "state_dict() with load_state_dict(), and pass "
-            "TrainingArguments(ignore_data_skip=True) to the Trainer")
+            "Face Trainer's own resume_from_checkpoint); resume it exactly from its own "
+            "state_dict() with load_state_dict(); in the Trainer, pass "
+            "callbacks=[dataecho.torch.hf.ExactResume()] and "
+            "TrainingArguments(ignore_data_skip=True), which do that from its checkpoints")
 
     @property
     def sampler(self) -> _EpochHook:

@@ -1,13 +1,16 @@
-"""Exact resume of an :class:`dataecho.torch.EchoDataset` under the Hugging Face Trainer.
+"""Exact resume of an ``EchoDataset`` or ``EchoBatches`` under the Hugging Face Trainer.
 
 The Trainer cannot resume an ``IterableDataset`` by itself: without ``len()`` it counts
 a whole run as one epoch, so on resume it skips ``global_step`` batches from the start
 of the data set's first epoch, and it numbers its passes over the data set from 0 in
 every run, a resumed one included (``set_epoch(0)``, ``set_epoch(1)``, ...): a run
-resumed in the second epoch trains that epoch again from its start. :class:`ExactResume`
-keeps, in the Trainer's own checkpoints, which epoch the run is in and how many of its
-batches were trained, and on resume makes the loader read that epoch, past those
-batches, and the epochs after.
+resumed in the second epoch trains that epoch again from its start. Nor can it resume
+an :class:`dataecho.torch.EchoBatches` (returned by ``get_train_dataloader``): its
+skip rebuilds a plain loader without the echo, and with ``ignore_data_skip=True`` it
+reads the checkpoint's epoch from its start. :class:`ExactResume` keeps, in the
+Trainer's own checkpoints, which epoch the run is in and how many of its batches were
+trained (and an ``EchoBatches``' own state), and on resume makes the loader read that
+epoch, past those batches, and the epochs after.
 """
 
 from __future__ import annotations
@@ -17,18 +20,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._checks import state_int
+from .._extras import needs
 from ..factor import Auto
+from .batches import EchoBatches
 from .dataset import EchoDataset
 
 try:
     from transformers import TrainerCallback
     from transformers.trainer_callback import ExportableState
 except ModuleNotFoundError as error:  # pragma: no cover - depends on what is installed
-    if error.name != "transformers":
-        raise
-    raise ModuleNotFoundError(
-        "dataecho.torch.hf needs Hugging Face transformers, which is not installed; "
-        "pip install 'dataecho[hf]'", name="transformers") from None
+    raise needs(error, "dataecho.torch.hf", "transformers", "hf",
+                what="Hugging Face transformers") from None
 except ImportError as error:  # pragma: no cover - depends on the installed transformers
     raise ImportError(
         "dataecho.torch.hf needs transformers>=4.41 (its Trainer saves callback states "
@@ -48,6 +50,13 @@ class ExactResume(TrainerCallback, ExportableState):
         args = TrainingArguments(..., max_steps=..., ignore_data_skip=True)
         Trainer(model, args, train_dataset=EchoDataset(data, factor=2),
                 callbacks=[ExactResume()]).train(resume_from_checkpoint=...)
+
+    It resumes an :class:`dataecho.torch.EchoBatches` too, returned by a Trainer
+    subclass's ``get_train_dataloader`` (``EchoBatches(super().get_train_dataloader(),
+    factor=2)``, a whole-number factor): the checkpoint then also holds the
+    ``EchoBatches``' own state (JSON, a few counters), which the resume loads, so the
+    batches and the counts of ``stats()`` go on as the uninterrupted run's. The Trainer
+    knows the epochs of a loader with ``len()`` and tells it each one (``set_epoch``).
 
     It counts the batches trained in each epoch of the data set and saves the epoch, the
     count and the global step the epoch began at in every checkpoint
@@ -77,9 +86,13 @@ class ExactResume(TrainerCallback, ExportableState):
             callback (it was saved by a run without it), or a key of the state is
             missing, out of its range, or disagrees with the checkpoint's global step;
             at the end of the resumed epoch, if it had no batches past the count.
-        TypeError: when training starts, if the train loader is not one that
-            accelerate prepared over an ``EchoDataset``; on resume, if the state or one
-            of its values has the wrong type.
+            With ``EchoBatches``: when training starts, if its factor is not a whole
+            number (its ``len()`` would change from epoch to epoch, which the Trainer
+            reads once); on resume, if the checkpoint's epoch is not the one its
+            global step falls in, or its ``EchoBatches`` state is refused.
+        TypeError: when training starts, if the train loader is neither an
+            ``EchoBatches`` nor one that accelerate prepared over an ``EchoDataset``; on
+            resume, if the state or one of its values has the wrong type.
 
     Example:
         >>> callback = ExactResume()
@@ -103,10 +116,13 @@ class ExactResume(TrainerCallback, ExportableState):
         self._trained = False  # a batch of this pass was trained
 
     def state(self) -> dict[str, Any]:
-        """What the Trainer saves in each checkpoint: the epoch, its batches trained, and
-        the global step it began at."""
-        return {"args": {}, "attributes": {"epoch": self.epoch, "batches": self.batches,
-                                           "start_step": self.start_step}}
+        """What the Trainer saves in each checkpoint: the epoch, its batches trained, the
+        global step it began at, and an ``EchoBatches``' state (``"loader"``)."""
+        attributes: dict[str, Any] = {"epoch": self.epoch, "batches": self.batches,
+                                      "start_step": self.start_step}
+        if isinstance(self._loader, EchoBatches):
+            attributes["loader"] = self._loader.state_dict()
+        return {"args": {}, "attributes": attributes}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Checks the setup; on resume, makes the loader read on from the checkpoint."""
@@ -117,14 +133,25 @@ class ExactResume(TrainerCallback, ExportableState):
                 "which trains an epoch after the first again; pass ignore_data_skip=True "
                 "and ExactResume resumes the epoch the checkpoint was taken in")
         loader: Any = kwargs.get("train_dataloader")
-        _check_loader(loader)
+        batched = isinstance(loader, EchoBatches)
+        if batched:
+            _check_batches(loader)
+        else:
+            _check_loader(loader)
+        accumulation = args.gradient_accumulation_steps
         # Resumed (global_step > 0): the state is the checkpoint's, which the Trainer
         # loaded whether or not it restores callbacks from it. A new run starts at 0.
-        self.epoch, self.batches, self.start_step = (
-            _saved(state, args.gradient_accumulation_steps) if state.global_step > 0
-            else (0, 0, 0))
+        saved = (_saved(state, accumulation, batched) if state.global_step > 0
+                 else (0, 0, 0, None))
+        self.epoch, self.batches, self.start_step, loader_state = saved
         self._loader, self._first_pass, self._ended = loader, True, False
-        self._skip, self._trained = self.batches, False
+        self._trained = False
+        if batched:  # the Trainer numbers a sized loader's epochs itself
+            self._skip = 0
+            if loader_state is not None:
+                _resume_batches(loader, self, loader_state, state.global_step, accumulation)
+            return
+        self._skip = self.batches
         loader.__dict__["set_epoch"] = _Shifted(loader, self.epoch)
         loader.skip_batches = self.batches  # re-read, not trained (accelerate's own skip)
 
@@ -136,7 +163,8 @@ class ExactResume(TrainerCallback, ExportableState):
         if not self._ended:  # the pass ended on a partial gradient accumulation
             self.epoch, self.batches, self.start_step = self.epoch + 1, 0, state.global_step
         self._ended = False
-        self._loader.skip_batches = 0
+        if not isinstance(self._loader, EchoBatches):
+            self._loader.skip_batches = 0
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A batch trained without an optimizer step (gradient accumulation)."""
@@ -146,9 +174,11 @@ class ExactResume(TrainerCallback, ExportableState):
         """A batch trained and the optimizer stepped; a checkpoint may follow."""
         self.batches, self._trained = self.batches + 1, True
         # accelerate's loaders read one batch ahead, so they know the batch just trained
-        # was their last before the Trainer asks for another; a checkpoint now must name
-        # the next epoch, which a resume reads from its start.
-        if getattr(self._loader, "end_of_dataloader", False):
+        # was their last before the Trainer asks for another (an EchoBatches' len() says
+        # it); a checkpoint now must name the next epoch, which a resume reads from its
+        # start.
+        if (self.batches >= len(self._loader) if isinstance(self._loader, EchoBatches)
+                else getattr(self._loader, "end_of_dataloader", False)):
             self.epoch, self.batches, self._ended = self.epoch + 1, 0, True
             self.start_step = state.global_step
 
@@ -171,8 +201,10 @@ class ExactResume(TrainerCallback, ExportableState):
                 f"start_step={self.start_step})")
 
 
-def _saved(state: Any, accumulation: int) -> tuple[int, int, int]:
-    """The checkpoint's epoch, batches and start step, checked against its global step.
+def _saved(state: Any, accumulation: int,
+           batched: bool) -> tuple[int, int, int, Mapping[str, Any] | None]:
+    """The checkpoint's epoch, batches and start step, checked against its global step,
+    and (``batched``: for an ``EchoBatches``) the loader's state, checked to be a dict.
 
     The Trainer trains ``accumulation`` batches an optimizer step, so the steps since the
     epoch began say how many of its batches were trained: exactly that many times the
@@ -199,7 +231,7 @@ def _saved(state: Any, accumulation: int) -> tuple[int, int, int]:
             f"trainer_state.json holds {reprlib.repr(saved)} of type {type(saved).__name__} "
             f"as {_NAME}'s state, but it must be a dict with the dict 'attributes' that "
             f"{_NAME}.state() writes: the checkpoint is damaged; {_FIX}")
-    for key in _KEYS:
+    for key in _KEYS + (("loader",) if batched else ()):
         if key not in attributes:
             raise ValueError(
                 f"state of {_NAME} lacks the key {key!r} that {_NAME}.state() writes (it "
@@ -226,7 +258,42 @@ def _saved(state: Any, accumulation: int) -> tuple[int, int, int]:
             f"gradient_accumulation_steps={accumulation}: the checkpoint is damaged or "
             "edited, or was taken with another gradient_accumulation_steps; resume with "
             f"the gradient_accumulation_steps it was taken with, or {_FIX}")
-    return epoch, batches, start
+    loader = attributes.get("loader") if batched else None
+    if batched and not isinstance(loader, Mapping):
+        raise TypeError(
+            f"state of {_NAME} has loader={reprlib.repr(loader)} of type "
+            f"{type(loader).__name__}, but it must be a dict (the EchoBatches' state_dict()): "
+            f"the checkpoint is damaged; {_FIX}")
+    return epoch, batches, start, loader
+
+
+def _resume_batches(loader: EchoBatches, saved: ExactResume, loader_state: Mapping[str, Any],
+                    step: int, accumulation: int) -> None:
+    """Loads an ``EchoBatches``' state, after checking the Trainer resumes its epoch.
+
+    The Trainer resumes at epoch ``step // steps_per_epoch`` (an epoch's optimizer
+    steps, from ``len()``) and tells the loader so: the checkpoint must name that
+    epoch. A state taken after an epoch's last batch names that epoch, read to its end;
+    the Trainer's ``set_epoch`` for the next one then leaves it.
+    """
+    size = len(loader)
+    per_epoch = -(-size // accumulation)
+    epoch, batches = saved.epoch, saved.batches
+    if step // per_epoch != epoch:
+        raise ValueError(
+            f"state of {_NAME} has epoch={epoch}, but the Trainer resumes global step "
+            f"{step} in epoch {step // per_epoch} ({per_epoch} optimizer steps an epoch: "
+            f"len() of the EchoBatches is {size} batches, gradient_accumulation_steps="
+            f"{accumulation}): the checkpoint was taken with another data set, batch size, "
+            f"factor or number of processes; {_FIX}, with the data, "
+            "per_device_train_batch_size, factor and number of processes of the run that "
+            "wrote it")
+    loader.load_state_dict(loader_state)  # checked by the loader itself
+    if not (loader.epoch == epoch or (batches == 0 and loader.epoch == epoch - 1)):
+        raise ValueError(
+            f"state of {_NAME} has epoch={epoch} and batches={batches}, but its "
+            f"EchoBatches state (loader) is of epoch {loader.epoch}: the two were not "
+            f"taken together; the checkpoint is damaged or edited; {_FIX}")
 
 
 class _Shifted:
@@ -256,12 +323,29 @@ def _check_loader(loader: Any) -> None:
     dataset = getattr(loader, "dataset", None)
     echo = dataset if isinstance(dataset, EchoDataset) else getattr(dataset, "dataset", None)
     if not isinstance(echo, EchoDataset) or not hasattr(loader, "skip_batches"):
+        over = ("without a dataset" if dataset is None
+                else f"over a {type(dataset).__name__}")
         raise TypeError(
-            f"ExactResume resumes the Trainer's train loader over an EchoDataset, which "
-            f"accelerate prepared; got a {type(loader).__name__} over "
-            f"{type(dataset).__name__}; pass the EchoDataset as the Trainer's train_dataset")
+            f"ExactResume resumes the Trainer's train loader when it is an EchoBatches or "
+            f"a loader that accelerate prepared over an EchoDataset; got a "
+            f"{type(loader).__name__} {over}; pass the EchoDataset as the Trainer's "
+            "train_dataset, or return EchoBatches(super().get_train_dataloader(), "
+            "factor=...) from get_train_dataloader")
     if isinstance(echo.recipe.factor, Auto):
         raise ValueError(
             f"ExactResume resumes by reading the epoch again up to the checkpoint, which "
             f"gives the same examples only for a fixed factor; {echo.recipe.factor!r} echoes by "
             "timing; pass a fixed factor")
+
+
+def _check_batches(loader: EchoBatches) -> None:
+    """An EchoBatches the Trainer can resume: a whole-number factor, so a fixed len()."""
+    factor = loader.factor
+    if isinstance(factor, Auto) or not float(factor).is_integer():
+        why = ("echoes by timing, so an epoch read again is not the same"
+               if isinstance(factor, Auto) else
+               "draws its extra copies per batch, so len() changes from epoch to epoch, "
+               "but the Trainer reads len() once and counts every epoch that long")
+        raise ValueError(
+            f"ExactResume resumes an EchoBatches with a whole-number factor; "
+            f"factor={factor!r} {why}; pass a whole number (2, 3, ...)")

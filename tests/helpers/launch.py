@@ -34,3 +34,17 @@ def run_two_processes(script: str, out_dir: pathlib.Path, *args: object,
         capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def run_one_process(script: str, out_dir: pathlib.Path, *args: object,
+                    timeout: float = 240) -> dict[str, Any]:
+    """Runs ``helpers/<script> out_dir *args`` as one plain process; its JSON result.
+
+    The process writes ``out_dir/rank0.json``, as rank 0 of a two-process job does.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, str(HELPERS / script), str(out_dir), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out_dir / "rank0.json").read_text())
