@@ -8,6 +8,7 @@ from typing import Any, Literal
 from ._checks import check_augment, check_positive_int, check_seed
 from ._rng import AUGMENT_KEY, ECHO_KEY, SHUFFLE_KEY, derive_seed
 from .batch import Batch
+from .echo import total_copies
 from .factor import Auto, as_factor
 from .map import Map
 from .shuffle import Shuffle, window_of
@@ -88,6 +89,22 @@ def pipeline(
     stage, keys = _read(data, check_seed(seed), epoch, shard_index)
     return _order(stage, echo, factor, keys, augment=augment, batch_size=batch_size,
                   window=window, drop_last=drop_last, collate=collate, timing=timing)
+
+
+def echoed_items(size: int, factor: float, *, seed: int, epoch: int, shard: int) -> int:
+    """Items :func:`pipeline` hands over for ``size`` examples, echoed one by one.
+
+    For a fixed ``factor`` and an example-level variant, read as ``pipeline(...,
+    seed=seed, epoch=epoch, shard_index=shard)`` reads them: exact, from the echo
+    stage's own draws, without reading an example.
+
+    Example:
+        >>> echoed_items(10, 2.0, seed=0, epoch=0, shard=0)
+        20
+    """
+    if factor == 1:
+        return size
+    return total_copies(factor, derive_seed(seed, ECHO_KEY, epoch, shard), size)
 
 
 def _settle(echo: Variant | None, factor: float | Auto | Literal["auto"] | None,

@@ -74,6 +74,25 @@ def test_every_example_is_trained_factor_times_per_epoch_across_two_processes(
         assert (r[key]["fresh"], r[key]["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sliced_processes_each_read_their_own_half_of_every_epoch_once(
+        accelerate_runs, workers):
+    # Fails before issue 33: under dispatch_batches=False every process read all 48 ids
+    # each epoch (96 reads between the two) and accelerate kept half of what each read.
+    for epoch in range(EPOCHS):
+        reads = [r[f"full/sliced/{workers}"]["reads"][epoch] for r in accelerate_runs]
+        assert [len(read) for read in reads] == [N // 2, N // 2]
+        assert all(set(read.values()) == {1} for read in reads)  # none twice
+        assert set(reads[0]) | set(reads[1]) == {str(i) for i in range(N)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dispatched_process_zero_reads_every_epoch_once_for_both(accelerate_runs, workers):
+    for epoch in range(EPOCHS):
+        reads = [r[f"full/dispatched/{workers}"]["reads"][epoch] for r in accelerate_runs]
+        assert reads[0] == {str(i): 1 for i in range(N)} and reads[1] == {}
+
+
 @pytest.mark.parametrize(("split", "workers", "stop", "epochs_read"), [
     *((split, workers, 18, 2) for split, workers in SPLITS),  # mid second epoch
     ("dispatched", 2, 24, 1),  # after the second epoch's last batch
@@ -164,7 +183,26 @@ def test_the_hf_trainer_on_two_processes_trains_every_example_factor_times(
                for r in trainer_runs)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_hf_trainer_sliced_reads_each_example_once_between_two_processes(
+        trainer_runs, workers):
+    # accelerator_config={"dispatch_batches": False}: each process reads half the ids
+    # each epoch (before issue 33 each read all 48, twice the reading); every id is
+    # still trained twice an epoch, and the counts summed over the ranks are exact.
+    runs = [r[f"full/sliced/{workers}"] for r in trainer_runs]
+    assert collections.Counter(i for r in runs for i in r["seen"]) == WHOLE
+    assert [sum(r["reads"]) for r in runs] == [EPOCHS * N // 2] * 2
+    assert [a + b for a, b in zip(runs[0]["reads"], runs[1]["reads"])] == [EPOCHS] * N
+    assert all((r["fresh"], r["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR) for r in runs)
+
+
+def test_the_hf_trainer_dispatched_reads_every_example_on_process_zero(trainer_runs):
+    runs = [r["full/2"] for r in trainer_runs]
+    assert runs[0]["reads"] == [EPOCHS] * N and runs[1]["reads"] == [0] * N
+
+
 @pytest.mark.parametrize(("workers", "accumulation", "stop", "epochs_read"), [
+    ("sliced/2", 1, 18, 2),  # the same, each process reading its own part
     (2, 1, 18, 2),  # mid second epoch: the second epoch is read again from its start
     (0, 1, 24, 1),  # after the second epoch's last batch: the third epoch only
     (0, 2, 9, 2),  # mid second epoch, two batches an optimizer step

@@ -4,25 +4,31 @@
 ``IterableDataset`` across processes itself, in one of two ways:
 
 - dispatched (accelerate's default for an ``IterableDataset``): process 0 alone
-  iterates the data set and sends every process its part of each batch;
+  iterates the data set and sends every process its part of each batch: the data is
+  read once, with process 0's DataLoader workers only (1/N of the job's);
 - sliced (``DataLoaderConfiguration(dispatch_batches=False)``): every process
   iterates the data set, wrapped in ``IterableDatasetShard``, and keeps its own
   slice of each ``batch_size * num_processes`` items.
 
-Either way the data set must yield the whole epoch, the same on every process; an
-``EchoDataset`` that also read only its rank's part would train each example on one
-rank's slice and never on the rest. :func:`split_of` tells the data set which way it
-is read, from accelerate's record of the loader being iterated (``GradientState``),
-without importing accelerate.
+Dispatched, the data set yields the whole epoch on process 0. Sliced, an
+``EchoDataset`` the shard holds directly reads its process's part only and puts its
+examples in the slots the shard keeps (:mod:`dataecho.torch.placed`): read once,
+with every process's workers; one inside a wrapper of the user's (which may not pass
+placeholders through) reads the whole epoch on every process, N times the reading.
+:func:`split_of` tells the data set which way it is read, from accelerate's record of
+the loader being iterated (``GradientState``), without importing accelerate.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-Split = Literal["dispatched", "sliced"]
+from .placed import Slots
+
+#: How accelerate has the data set read: "placed" is sliced, each process its own part.
+Split = Literal["dispatched", "sliced", "placed"]
 
 
 def split_of(dataset: object) -> Split | None:
@@ -39,17 +45,24 @@ def split_of(dataset: object) -> Split | None:
         >>> split_of([1, 2, 3]) is None
         True
     """
+    return _reading(dataset)[0]
+
+
+def _reading(dataset: object) -> tuple[Split | None, Any]:
+    """:func:`split_of`, and the ``IterableDatasetShard`` when it holds ``dataset`` itself."""
     state = sys.modules.get("accelerate.state")
     if state is None or not state.is_initialized():
-        return None
+        return None, None
     for loader in reversed(state.GradientState().dataloader_references):
         read = getattr(loader, "dataset", None)
         if not _holds(read, dataset, _DEPTH):
             continue
         if type(loader).__name__ == "DataLoaderDispatcher":
-            return "dispatched"
-        return "sliced" if type(read).__name__ == "IterableDatasetShard" else None
-    return None
+            return "dispatched", None
+        if type(read).__name__ != "IterableDatasetShard":
+            return None, None
+        return "sliced", read if getattr(read, "dataset", None) is dataset else None
+    return None, None
 
 
 class SeenSplit:
@@ -65,7 +78,7 @@ class SeenSplit:
         'sliced'
     """
 
-    _CODES: tuple[Split | None, ...] = (None, "dispatched", "sliced")
+    _CODES: tuple[Split | None, ...] = (None, "dispatched", "sliced", "placed")
 
     def __init__(self) -> None:
         self._code = multiprocessing.get_context("spawn").RawValue("b", 0)
@@ -79,17 +92,31 @@ class SeenSplit:
         return self._CODES[int(self._code.value)]
 
 
-def reads_as(dataset: object, rank: int | None, world_size: int | None, process: int | None,
-             seen: SeenSplit) -> tuple[tuple[int | None, int | None] | None, bool]:
-    """The rank and world size ``dataset`` reads as (None: nothing), and whether that is final.
+class Reading(NamedTuple):
+    """What a data set reads now: see :func:`reads_as`."""
 
-    Under a loader that accelerate prepared, the whole epoch (rank 0 of 1): on process
-    0 alone when batches are dispatched (the other processes' iterations, which
-    accelerate starts but never reads, read nothing), on every process when each keeps
-    its slice. Elsewhere ``(rank, world_size)`` as given. The split seen is recorded in
-    ``seen``, for every copy of the data set. Not final while accelerate is set up but
-    has recorded no loader of ``dataset``: its prepare takes a stateful loader's state,
-    which begins an iteration, before it records the loader.
+    #: The rank and world size it reads as; None: nothing.
+    read_as: tuple[int | None, int | None] | None
+    #: Whether that cannot change any more.
+    final: bool
+    #: The slots its process keeps of a sliced stream; None: it hands over every item.
+    slots: Slots | None = None
+
+
+def reads_as(dataset: object, rank: int | None, world_size: int | None, process: int | None,
+             seen: SeenSplit, placeable: bool = False) -> Reading:
+    """The part ``dataset`` reads (None: nothing), whether that is final, and its slots.
+
+    Under a loader that accelerate prepared: dispatched, the whole epoch (rank 0 of 1)
+    on process 0 alone (the other processes' iterations, which accelerate starts but
+    never reads, read nothing); sliced, with ``placeable`` (the sizes of every
+    process's part are known without reading) and the shard holding ``dataset``
+    itself, process ``p``'s part (rank ``p`` of ``num_processes``) in the slots the
+    shard keeps; sliced otherwise, the whole epoch on every process. Elsewhere
+    ``(rank, world_size)`` as given. The split seen is recorded in ``seen``, for every
+    copy of the data set. Not final while accelerate is set up but has recorded no
+    loader of ``dataset``: its prepare takes a stateful loader's state, which begins an
+    iteration, before it records the loader.
 
     Args:
         dataset: the data set a loader may be reading.
@@ -97,30 +124,34 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
             ``torch.distributed``).
         process: this process's rank, or None outside a process group.
         seen: where the split is recorded.
+        placeable: whether the data set can read one process's part into its slots.
 
     Raises:
         ValueError: ``rank``/``world_size`` were given for a data set accelerate splits.
 
     Example:
-        >>> reads_as([1, 2], 1, 2, None, SeenSplit())[0]
+        >>> reads_as([1, 2], 1, 2, None, SeenSplit()).read_as
         (1, 2)
     """
-    split = split_of(dataset)
+    split, shard = _reading(dataset)
     if split is None:
         state = sys.modules.get("accelerate.state")
-        return (rank, world_size), state is None or not state.is_initialized()
-    seen.record(split)
+        return Reading((rank, world_size), state is None or not state.is_initialized())
     if world_size not in (None, 1):
         how = ("process 0 reads the data for every process" if split == "dispatched"
-               else "every process reads the data and keeps its slice")
+               else "every process keeps its slice of each run of batches")
         raise ValueError(
             f"EchoDataset(rank={rank}, world_size={world_size}) is read by a loader that "
             f"accelerate prepared, which splits the data itself ({how}), so each rank "
             "would train on a part of its own part; drop rank and world_size "
-            "(EchoDataset then reads the whole epoch under accelerate)")
+            "(EchoDataset then reads what accelerate has it read)")
+    slots = Slots.of(shard) if placeable and shard is not None else None
+    seen.record("placed" if slots is not None else split)
+    if slots is not None:
+        return Reading((slots.process, slots.processes), True, slots)
     if split == "dispatched" and (process or 0) != 0:
-        return None, True
-    return (0, 1), True
+        return Reading(None, True)
+    return Reading((0, 1), True)
 
 
 # How deep a wrapper may hold the data set: IterableDatasetShard, the user's own

@@ -101,7 +101,7 @@ class EchoDataset(IterableDataset[Any]):
         #: The arguments, checked: what every epoch's pipeline is built from.
         self.recipe = Recipe.of(dataset, augment, echo, factor, buffer_size, seed, read)
         #: Which part of the data this copy reads (its rank's, or a trainer's split).
-        self.part = Part(rank, world_size)
+        self.part = Part(rank, world_size, placeable=self.recipe.placeable)
         read, stream = self.recipe.read, None
         if isinstance(read, Indexed) and self.part.world_size is not None:
             Source.check_shards(len(dataset), self.part.rank or 0, self.part.world_size,
@@ -146,7 +146,8 @@ class EchoDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         load, self._load = self._load, None
         self._live = Iteration(self, self._loop, self.part, self._counts, self._epochs, load,
-                               stream=isinstance(self.recipe.read, Streamed))
+                               stream=isinstance(self.recipe.read, Streamed),
+                               place=partial(self.recipe.place, self.part, self._times))
         return iter(self._live)
 
     def state_dict(self) -> State:

@@ -164,10 +164,11 @@ def stats_over_ranks(dataset: Any, group: Any = None) -> EchoStats:
 
     Call it on every rank (it is a collective). Under plain DDP or Lightning each rank
     reads its own part, so the counts add up. Under accelerate's prepared loaders
-    (:mod:`dataecho.torch.accelerated`) an ``EchoDataset`` reads the whole epoch where
-    accelerate has it read: on process 0 alone when batches are dispatched (the sum is
-    still right), on every process when each keeps a slice (each counts the same whole
-    stream, so the job's count is one rank's). Without a process group it is
+    (:mod:`dataecho.torch.accelerated`) an ``EchoDataset`` reads where accelerate has it
+    read: the whole epoch on process 0 alone when batches are dispatched, each process
+    its own part when each keeps a slice (the sums are right), and the whole epoch on
+    every process when it is sliced inside a wrapper of the user's (each counts the same
+    whole stream, so the job's count is one rank's). Without a process group it is
     ``dataset.stats()``.
 
     Args:

@@ -12,7 +12,7 @@ shared counts itself; nothing it is given calls back into the dataset.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 from torch.utils.data import get_worker_info
@@ -127,6 +127,9 @@ class Iteration(Iterable[Any]):
         epochs: the shared epoch counter, for a checkpoint loaded in the training process.
         load: the number of such a checkpoint not resumed yet by this copy, or None.
         stream: the data is a stream: a whole pass without an example is an error.
+        place: ``place(epoch, tally)``, what is handed over of an epoch's pipeline:
+            under accelerate's sliced mode its items in this process's slots
+            (:meth:`dataecho.torch.recipe.Recipe.place`); None: the pipeline itself.
 
     Example:
         >>> from dataecho import Echo
@@ -139,12 +142,15 @@ class Iteration(Iterable[Any]):
     """
 
     def __init__(self, dataset: object, loop: Epochs, part: Part, counts: SharedCounts,
-                 epochs: EpochCounter, load: int | None, *, stream: bool) -> None:
+                 epochs: EpochCounter, load: int | None, *, stream: bool,
+                 place: Callable[[int, Tally], Iterable[Any]] | None = None) -> None:
         self._dataset, self._loop, self._part, self._counts = dataset, loop, part, counts
+        self._place = place
         self.failed: BaseException | None = None  # the read error that stopped it
         self._tally: Tally | None = None  # None: hands out nothing
         self._check_empty = self._restored = False
         self._read_as = part.decide(dataset)  # what this iteration's pipeline reads
+        self._slots = part.slots
         self._undecided = not part.final
         if self._read_as is None:
             return  # a process whose trainer reads the data elsewhere
@@ -173,10 +179,11 @@ class Iteration(Iterable[Any]):
         if tally is None:
             return
         publish = self._counts.publisher(tally.counts)
+        items = tally if self._place is None else self._place(self._loop.epoch, tally)
         try:
             # Not `yield from`: it would close the pipeline when an iteration is dropped,
             # and the next one reads on from the same pipeline.
-            for item in tally:
+            for item in items:
                 if publish is not None:
                     publish()
                 yield item
@@ -203,7 +210,8 @@ class Iteration(Iterable[Any]):
         read_as = self._part.decide(self._dataset)
         if read_as is None:
             return None  # a process accelerate's dispatcher leaves idle
-        if read_as == self._read_as or self._restored or tally.yields:
+        if (read_as, self._part.slots) == (self._read_as, self._slots) or (
+                self._restored or tally.yields):
             return tally
         # Nothing was read from this epoch: begin it again, from its start, for the
         # part decided now (its state at the start is the epoch's, with no position).

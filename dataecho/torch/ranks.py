@@ -10,6 +10,7 @@ from torch.utils.data import get_worker_info
 
 from .._checks import check_positive_int
 from . import accelerated
+from .placed import Slots
 
 
 def check_rank(rank: int | None, world_size: int | None) -> tuple[int | None, int | None]:
@@ -105,12 +106,16 @@ class Part:
     Its rank's part (``rank``/``world_size`` as given, else ``torch.distributed``'s),
     or where a trainer splits the data itself (accelerate's prepared loaders, so the
     Hugging Face ``Trainer``) what that trainer has it read
-    (:func:`dataecho.torch.accelerated.reads_as`). Pickled for spawned DataLoader
-    workers, which have no process group, it carries the ranks resolved here.
+    (:func:`dataecho.torch.accelerated.reads_as`): under accelerate's sliced mode its
+    process's part, in the slots accelerate keeps for it (:attr:`slots`). Pickled for
+    spawned DataLoader workers, which have no process group, it carries the ranks and
+    slots resolved here.
 
     Args:
         rank: the DDP rank, with ``world_size``; both None: from ``torch.distributed``.
         world_size: the number of DDP ranks, with ``rank``.
+        placeable: whether the data set can read one process's part into accelerate's
+            slots (the sizes of every part are known without reading).
 
     Example:
         >>> part = Part(1, 2)
@@ -118,10 +123,15 @@ class Part:
         ((1, 2), (1, 2))
     """
 
-    def __init__(self, rank: int | None, world_size: int | None) -> None:
+    def __init__(self, rank: int | None, world_size: int | None, *,
+                 placeable: bool = False) -> None:
         self.rank, self.world_size = check_rank(rank, world_size)
+        self.placeable = placeable
         #: What the live iteration reads as: (rank, world_size), or None for nothing.
         self.read_as: tuple[int | None, int | None] | None = (self.rank, self.world_size)
+        #: The slots its process keeps of a sliced stream, or None: it hands over all.
+        self.slots: Slots | None = None
+        self.pinned: Slots | None = None  # the slots a spawned worker was pickled with
         self.idle = False  # a spawned worker of a process that reads nothing
         self.final = True  # the decision cannot change (see decide)
         self.seen = accelerated.SeenSplit()  # how a trainer splits it, as any copy saw
@@ -135,13 +145,17 @@ class Part:
         if self.idle:
             self.read_as, self.final = None, True
             return None
-        self.read_as, final = accelerated.reads_as(
-            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen)
+        self.read_as, final, self.slots = accelerated.reads_as(
+            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen,
+            self.placeable)
+        if self.pinned is not None and self.slots is None:  # a spawned worker: no record
+            self.slots = self.pinned
         self.final = final or get_worker_info() is not None  # workers start split
         return self.read_as
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["idle"] = self.read_as is None
+        state["pinned"] = self.slots
         state["rank"], state["world_size"] = resolve_rank(*(self.read_as or (None, None)))
         return state

@@ -8,13 +8,15 @@ epoch's counted pipeline for the part of the data a reader reads
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from torch.utils.data import get_worker_info
+
 from .._checks import check_augment, check_positive_int, check_seed
 from ..factor import Auto, as_factor
-from ..pipeline import pipeline
+from ..pipeline import echoed_items, pipeline
 from ..readers import as_stage
 from ..source import Source
 from ..stage import Stage
@@ -77,6 +79,40 @@ class Recipe:
                          batch_size=None, buffer_size=self.buffer_size, seed=self.seed,
                          epoch=epoch, shard_index=shard, timing=times.timing())
         return Tally(stage, (shard, shards))
+
+    @property
+    def placeable(self) -> bool:
+        """Whether every reader's part of an epoch has a size known without reading.
+
+        A map-style data set with a fixed factor: what accelerate's sliced mode needs
+        to have each process read its own part only (:mod:`dataecho.torch.placed`).
+        """
+        return isinstance(self.read, Indexed) and not isinstance(self.factor, Auto)
+
+    def place(self, part: Part, times: SharedTimes, epoch: int, tally: Tally) -> Iterable[Any]:
+        """What this reader hands over of ``tally``, its part of ``epoch``.
+
+        ``tally`` itself, or under accelerate's sliced mode its items in this process's
+        slots and placeholders in the others' (:meth:`dataecho.torch.placed.Slots.place`).
+        """
+        slots = part.slots
+        if slots is None:
+            return tally
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        shards = slots.processes * workers
+        sizes = [self._items(epoch, process * workers + worker, shards)
+                 for process in range(slots.processes)]
+        return slots.place(tally, tally.yields, slots.runs(sizes),
+                           lambda: self.tally(part, times, epoch))
+
+    def _items(self, epoch: int, shard: int, shards: int) -> int:
+        """Items one epoch's pipeline of shard ``shard`` of ``shards`` hands over."""
+        size = len(self.dataset)
+        read = self.read.drop_remainder  # type: ignore[union-attr]
+        usable = size - size % shards if read else size
+        return echoed_items(len(range(shard, usable, shards)), self.factor,  # type: ignore[arg-type]
+                            seed=self.seed, epoch=epoch, shard=shard)
 
     def _stream(self, epoch: int, shard: int, shards: int, world_size: int | None) -> Stage[Any]:
         """This reader's part of the stream, for one epoch."""

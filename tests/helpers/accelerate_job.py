@@ -6,9 +6,11 @@ three epochs uninterrupted, and the same loop stopped (CASES) with
 checkpointing); phase ``resume`` resumes each from its checkpoint in this new process
 with ``load_state`` and accelerate's ``skip_first_batches``. Each process writes
 OUT_DIR/rank<r>.json: per run, the example ids it trained and the counts summed over
-the ranks. Usage: accelerate_job.py OUT_DIR PHASE CKPT_DIR.
+the ranks, and per epoch the ids this process read (its DataLoader workers included).
+Usage: accelerate_job.py OUT_DIR PHASE CKPT_DIR.
 """
 import json
+import multiprocessing
 import pathlib
 import sys
 
@@ -28,11 +30,23 @@ CASES.append(("dispatched", 2, END))
 
 
 class Ids(Dataset):
+    """The ids, each read counted in memory this process's (forked) workers share."""
+
+    def __init__(self):
+        self.reads = multiprocessing.Array("i", N)
+
     def __len__(self):
         return N
 
     def __getitem__(self, i):
+        with self.reads.get_lock():
+            self.reads[i] += 1
         return torch.tensor([i])
+
+    def read_since(self, before):
+        """{id: reads} since the counts were ``before``; and the counts now."""
+        now = list(self.reads)
+        return {i: n - b for i, (n, b) in enumerate(zip(now, before)) if n > b}, now
 
 
 class Wrapped(torch.utils.data.IterableDataset):
@@ -62,14 +76,15 @@ def train(split: str, workers: int, ckpt: pathlib.Path, stop: int | None = None,
           resume: bool = False, stateful: bool = False, wrap: bool = False) -> dict:
     accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
         dispatch_batches=split == "dispatched", use_stateful_dataloader=stateful))
-    ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
+    ids = Ids()
+    ds = EchoDataset(ids, factor=FACTOR, buffer_size=8, seed=0)
     read = Wrapped(ds) if wrap else ds
     loader = accelerator.prepare(DataLoader(read, batch_size=BATCH, num_workers=workers))
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
     if resume:
         accelerator.load_state(str(ckpt))
-    seen, steps = [], 0
+    seen, steps, reads, counted = [], 0, [], [0] * N
     for epoch in range(progress.epoch, EPOCHS):
         loader.set_epoch(epoch)  # accelerate's loader counts its passes from 0 in a process
         # A stateful loader restores its own position; a plain one skips, reading again.
@@ -82,12 +97,16 @@ def train(split: str, workers: int, ckpt: pathlib.Path, stop: int | None = None,
                 progress.epoch, progress.batches = epoch + 1, 0
             if steps == stop:
                 accelerator.save_state(str(ckpt))
+                accelerator.wait_for_everyone()  # process 0 writes its files last
                 break
         else:
+            read, counted = ids.read_since(counted)
+            reads.append(read)
             continue
         break
     total = stats_over_ranks(ds)
-    return {"seen": seen, "fresh": total.fresh_examples, "emitted": total.emitted_examples}
+    return {"seen": seen, "fresh": total.fresh_examples, "emitted": total.emitted_examples,
+            "reads": reads}
 
 
 def main() -> None:

@@ -4,10 +4,13 @@ The model records the example ids of every step. Phase ``first``, for each of CA
 three epochs uninterrupted, and the same run stopped with a checkpoint in CKPT_DIR;
 phase ``resume`` resumes each stopped run from its checkpoint, in this new process,
 with :class:`dataecho.torch.hf.ExactResume`. Each process writes OUT_DIR/rank<r>.json:
-per run, the ids it trained and the counts summed over the ranks (after the run).
-Usage: trainer_job.py OUT_DIR PHASE CKPT_DIR.
+per run, the ids it trained, the counts summed over the ranks (after the run) and the
+ids this process read (its DataLoader workers included). Runs keyed "sliced" pass
+``accelerator_config={"dispatch_batches": False}``. Usage: trainer_job.py OUT_DIR PHASE
+CKPT_DIR.
 """
 import json
+import multiprocessing
 import pathlib
 import sys
 
@@ -27,13 +30,22 @@ STEPS_PER_EPOCH = N * FACTOR // (BATCH * 2)  # 12, on two processes
 #: two batches a step (the order of the batches is the same).
 CASES = ((2, 1, STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2), (0, 1, 2 * STEPS_PER_EPOCH),
          (0, 2, (STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2) // 2))
+#: The same with dispatch_batches=False: each process reads its own part.
+SLICED = ((2, 1, STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2),)
 
 
 class Ids(Dataset):
+    """The ids, each read counted in memory this process's (forked) workers share."""
+
+    def __init__(self):
+        self.reads = multiprocessing.Array("i", N)
+
     def __len__(self):
         return N
 
     def __getitem__(self, i):
+        with self.reads.get_lock():
+            self.reads[i] += 1
         return {"ids": torch.tensor(i), "x": torch.full((3,), float(i))}
 
 
@@ -60,8 +72,9 @@ class StopAt(TrainerCallback):
 
 
 def train(out: pathlib.Path, workers: int, accumulation: int = 1, stop: int | None = None,
-          resume: str | None = None) -> dict:
-    ds = EchoDataset(Ids(), factor=FACTOR, buffer_size=8, seed=0)
+          resume: str | None = None, sliced: bool = False) -> dict:
+    ids = Ids()
+    ds = EchoDataset(ids, factor=FACTOR, buffer_size=8, seed=0)
     model = Recorder()
     args = TrainingArguments(
         output_dir=str(out), per_device_train_batch_size=BATCH,
@@ -69,28 +82,35 @@ def train(out: pathlib.Path, workers: int, accumulation: int = 1, stop: int | No
         gradient_accumulation_steps=accumulation,
         use_cpu=True, report_to=[], logging_strategy="no", disable_tqdm=True,
         save_strategy="no" if stop is None else "steps", save_steps=stop or 1,
-        ignore_data_skip=True)
+        ignore_data_skip=True,
+        accelerator_config={"dispatch_batches": False} if sliced else None)
     callbacks = [ExactResume()] + ([] if stop is None else [StopAt(stop)])
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=callbacks)
     trainer.train(resume_from_checkpoint=resume)
     total = stats_over_ranks(ds)
     return {"seen": model.seen, "fresh": total.fresh_examples,
-            "emitted": total.emitted_examples}
+            "emitted": total.emitted_examples, "reads": list(ids.reads)}
 
 
 def main() -> None:
     out_dir, phase, ckpt_dir = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
     runs = {}
-    for workers, accumulation, stop in CASES:
-        if phase == "first" and f"full/{workers}" not in runs:
-            runs[f"full/{workers}"] = train(ckpt_dir / "full", workers)
-        case = f"{workers}/{accumulation}/{stop}"
-        out = ckpt_dir / case.replace("/", "-")
-        if phase == "first":
-            runs[f"stopped/{case}"] = train(out, workers, accumulation, stop=stop)
-        else:
-            runs[f"resumed/{case}"] = train(out, workers, accumulation,
-                                            resume=str(out / f"checkpoint-{stop}"))
+    for sliced, cases in ((False, CASES), (True, SLICED)):
+        split = "sliced/" if sliced else ""
+        for workers, accumulation, stop in cases:
+            if phase == "first" and f"full/{split}{workers}" not in runs:
+                runs[f"full/{split}{workers}"] = train(ckpt_dir / "full", workers,
+                                                       sliced=sliced)
+            case = f"{split}{workers}/{accumulation}/{stop}"
+            out = ckpt_dir / case.replace("/", "-")
+            if phase == "first":
+                runs[f"stopped/{case}"] = train(out, workers, accumulation, stop=stop,
+                                                sliced=sliced)
+            else:
+                runs[f"resumed/{case}"] = train(out, workers, accumulation, sliced=sliced,
+                                                resume=str(out / f"checkpoint-{stop}"))
+    if phase == "first":  # without workers too
+        runs["full/sliced/0"] = train(ckpt_dir / "full", 0, sliced=True)
     rank = torch.distributed.get_rank()
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **runs}))
 

@@ -1,0 +1,128 @@
+"""Sliced reading under accelerate: each process reads its own part, in its own slots.
+
+accelerate's own ``IterableDatasetShard`` does the dropping here, one process at a
+time; the two-process jobs under torchrun are in test_accelerated.py.
+"""
+import collections
+import pickle
+
+import pytest
+
+pytest.importorskip("accelerate")
+
+from accelerate.data_loader import IterableDatasetShard
+
+from dataecho.pipeline import echoed_items, pipeline
+from dataecho.source import Source
+from dataecho.torch import EchoDataset, accelerated
+from dataecho.torch.placed import PLACEHOLDER, Slots
+
+pytestmark = pytest.mark.torch
+
+
+def _kept(slots_of, stream_of, processes, **shard):
+    """What each process's IterableDatasetShard keeps of the stream built for it."""
+    kept = []
+    for p in range(processes):
+        class Stream(__import__("torch").utils.data.IterableDataset):
+            def __iter__(self, p=p):
+                return iter(stream_of(p, slots_of(p)))
+        kept.append(list(IterableDatasetShard(Stream(), num_processes=processes,
+                                              process_index=p, **shard)))
+    return kept
+
+
+@pytest.mark.parametrize("sizes", [[8, 8], [9, 7], [3, 10], [1, 5], [12, 12, 11]])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("split_batches", [False, True])
+def test_each_process_keeps_exactly_its_own_items_in_order_and_no_placeholder(
+        sizes, drop_last, split_batches):
+    processes, batch = len(sizes), 6 if split_batches else 2
+    if split_batches:
+        batch = 2 * processes  # the whole batch, split between the processes
+
+    def slots_of(p):
+        return Slots(p, processes, batch // processes if split_batches else batch,
+                     drop_last)
+
+    def stream_of(p, slots):
+        own = [(p, i) for i in range(sizes[p])]
+        return slots.place(iter(own), 0, slots.runs(sizes), lambda: iter(own))
+
+    kept = _kept(slots_of, stream_of, processes, batch_size=batch, drop_last=drop_last,
+                 split_batches=split_batches)
+    per = batch // processes if split_batches else batch
+    runs = slots_of(0).runs(sizes)
+    assert [len(k) for k in kept] == [runs * per] * processes  # the same steps everywhere
+    for p, k in enumerate(kept):
+        assert PLACEHOLDER not in k
+        own = [(p, i) for i in range(sizes[p])]
+        if drop_last:  # the shortest part's whole runs, read in order, none repeated
+            assert k == own[:len(k)] and runs == min(sizes) // per
+        else:  # the whole part, completed by its first items as accelerate pads
+            assert k == (own * len(k))[:len(k)] and runs == -(-max(sizes) // per)
+
+
+def test_a_resumed_stream_goes_on_at_the_item_it_stopped_at():
+    slots = Slots(1, 2, 3, drop_last=False)
+    whole = list(slots.place(iter(range(12)), 0, 4, lambda: iter(range(12))))
+    for done in range(12):
+        resumed = list(slots.place(iter(range(done, 12)), done, 4, lambda: iter(range(12))))
+        # at a run's edge (where a checkpoint of the shard's loader stands) the stream
+        # starts a new run; inside one, at the next item
+        start = done // 3 * 6 if done % 3 == 0 else whole.index(done)
+        assert resumed == whole[start:]
+
+
+def test_the_placeholder_is_one_object_in_every_process():
+    assert pickle.loads(pickle.dumps(PLACEHOLDER)) is PLACEHOLDER
+    assert "never an example" in repr(PLACEHOLDER)
+
+
+@pytest.mark.parametrize("factor", [1, 2, 1.5, 2.25])
+@pytest.mark.parametrize("shard", [0, 3])
+def test_echoed_items_counts_what_the_pipeline_hands_over(factor, shard):
+    source = Source(list(range(101)), seed=0, epoch=2, shard_index=shard, num_shards=4)
+    stage = pipeline(source, factor=factor, seed=7, epoch=2, shard_index=shard,
+                     batch_size=None, echo="before_augmentation")
+    assert echoed_items(source.shard_size, factor, seed=7, epoch=2, shard=shard) == \
+        len(list(stage))
+
+
+@pytest.mark.parametrize("factor", [2, 1.5])
+@pytest.mark.parametrize(("size", "drop_last"), [(48, False), (50, False), (50, True)])
+def test_two_sliced_processes_train_every_example_factor_times_reading_it_once(
+        monkeypatch, factor, size, drop_last):
+    # Each process's EchoDataset, told it is read sliced (as accelerate's record says
+    # under torchrun), reads its own half; accelerate's shard keeps its slots.
+    reads = collections.Counter()
+
+    class Ids:
+        def __len__(self):
+            return size
+
+        def __getitem__(self, i):
+            reads[i] += 1
+            return i
+
+    batch, kept, counts = 4, [], []
+    for p in range(2):
+        slots = Slots(p, 2, batch, drop_last)
+        monkeypatch.setattr(accelerated, "reads_as", lambda *a, slots=slots: accelerated.Reading(
+            (slots.process, slots.processes), True, slots))
+        ds = EchoDataset(Ids(), factor=factor, buffer_size=8, seed=0)
+        kept.append(list(IterableDatasetShard(ds, batch_size=batch, drop_last=drop_last,
+                                              num_processes=2, process_index=p)))
+        counts.append(ds.stats())
+    assert len(kept[0]) == len(kept[1]) and len(kept[0]) % batch == 0
+    trained = collections.Counter(kept[0] + kept[1])
+    emitted = sum(c.emitted_examples for c in counts)
+    assert sum(c.fresh_examples for c in counts) == size or drop_last
+    if not drop_last and factor == 2:
+        # every example its two copies; a shorter part completed by its first copies
+        assert all(trained[i] >= 2 for i in range(size)) and emitted == 2 * size
+    if drop_last:
+        assert sum(trained.values()) == emitted  # nothing beyond what was handed over
+    if factor == 2 and size == 48:
+        assert trained == {i: 2 for i in range(size)} and reads == {i: 1 for i in range(size)}
+    assert set(reads.values()) <= {1, 2}  # read once; twice only to complete a part
