@@ -192,7 +192,7 @@ def test_the_hf_trainer_sliced_reads_each_example_once_between_two_processes(
     runs = [r[f"full/sliced/{workers}"] for r in trainer_runs]
     assert collections.Counter(i for r in runs for i in r["seen"]) == WHOLE
     assert [sum(r["reads"]) for r in runs] == [EPOCHS * N // 2] * 2
-    assert [a + b for a, b in zip(runs[0]["reads"], runs[1]["reads"])] == [EPOCHS] * N
+    assert [a + b for a, b in zip(runs[0]["reads"], runs[1]["reads"], strict=True)] == [EPOCHS] * N
     assert all((r["fresh"], r["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR) for r in runs)
 
 

@@ -46,7 +46,7 @@ class Ids(Dataset):
     def read_since(self, before):
         """{id: reads} since the counts were ``before``; and the counts now."""
         now = list(self.reads)
-        return {i: n - b for i, (n, b) in enumerate(zip(now, before)) if n > b}, now
+        return {i: n - b for i, (n, b) in enumerate(zip(now, before, strict=True)) if n > b}, now
 
 
 class Wrapped(torch.utils.data.IterableDataset):
