@@ -25,12 +25,13 @@ ADAPTIVE_PICKS = 0xAD  # AdaptiveEcho: which buffered batches to echo (several a
 ADAPTIVE_PICK_BLOCKS = 0xAB  # AdaptiveEcho: blocks of draws for one pick per step
 ADAPTIVE_COPIES = 0xA6  # AdaptiveExamples: the per-copy augmentation
 SHARD_ORDER = 0x5D  # TarShards: the per-epoch shard order
+DEVICE_ORDER = 0xD0  # DeviceEcho: the order of a group's copies, per pass
 
 #: Every PCG64 stream tag, by name.
 TAGS = {"SOURCE": SOURCE, "ECHO": ECHO, "MAP": MAP, "SHUFFLE": SHUFFLE, "DERIVE": DERIVE,
         "ADAPTIVE_PICKS": ADAPTIVE_PICKS, "ADAPTIVE_PICK_BLOCKS": ADAPTIVE_PICK_BLOCKS,
         "ADAPTIVE_COPIES": ADAPTIVE_COPIES,
-        "SHARD_ORDER": SHARD_ORDER}
+        "SHARD_ORDER": SHARD_ORDER, "DEVICE_ORDER": DEVICE_ORDER}
 
 # Sub-stream keys: the ``keys`` of ``derive_seed(seed, key, ...)`` that give each stage
 # of a built pipeline its own seed. They only need to differ from each other within

@@ -21,7 +21,7 @@ def test_stream_tags_keep_the_values_stored_results_were_drawn_with():
     assert _rng.TAGS == {"SOURCE": 0x50, "ECHO": 0xEC, "MAP": 0x3A, "SHUFFLE": 0x5F,
                          "DERIVE": 0xDE, "ADAPTIVE_PICKS": 0xAD, "ADAPTIVE_PICK_BLOCKS": 0xAB,
                          "ADAPTIVE_COPIES": 0xA6,
-                         "SHARD_ORDER": 0x5D}
+                         "SHARD_ORDER": 0x5D, "DEVICE_ORDER": 0xD0}
     assert (_rng.ECHO_KEY, _rng.AUGMENT_KEY, _rng.SHUFFLE_KEY) == (1, 2, 3)
     assert (_rng.NODE_ECHO_KEY, _rng.NODE_SHUFFLE_KEY) == (1, 2)
 

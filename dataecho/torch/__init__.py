@@ -2,9 +2,10 @@
 
 Neither subclasses ``DataLoader`` (trainer frameworks rebuild loaders and would drop a
 subclass): :class:`EchoDataset` is an ``IterableDataset`` you hand to any loader, and
-:class:`EchoBatches` wraps any iterable of batches, a loader included. A one-argument
-augmentation that draws from torch's global generator (torchvision, kornia) runs
-:class:`Seeded` per copy.
+:class:`EchoBatches` wraps any iterable of batches, a loader included;
+:class:`DeviceEcho` keeps decoded batches on the accelerator and re-augments them
+there. A one-argument augmentation that draws from torch's global generator
+(torchvision, kornia) runs :class:`Seeded` per copy.
 
 For DDP, ``dataecho.torch.distributed.RankAgreement`` keeps adaptive echoing in step
 across ranks; it is imported from there, so this package needs no process group.
@@ -21,7 +22,8 @@ except ModuleNotFoundError as error:
 from .augment import Seeded
 from .batches import EchoBatches
 from .dataset import EchoDataset
+from .device import DeviceEcho
 from .ranks import shard_of
 from .reading import Indexed, Streamed
 
-__all__ = ["EchoBatches", "EchoDataset", "Indexed", "Seeded", "Streamed", "shard_of"]
+__all__ = ["DeviceEcho", "EchoBatches", "EchoDataset", "Indexed", "Seeded", "Streamed", "shard_of"]

@@ -231,3 +231,30 @@ def _check_generators(generators: object) -> tuple[str, ...]:
             f"generators must name distinct global generators from {GENERATORS}, the "
             f"ones fn draws from, got {reprlib.repr(generators)}; {fix}")
     return tuple(name for name in GENERATORS if name in generators)
+
+
+def forked(fn: Callable[[Any], Any], value: Any, seed: int, device: torch.device) -> Any:
+    """``fn(value)`` with torch's CPU generator and ``device``'s seeded from ``seed``.
+
+    For a one-argument augmentation on the accelerator (kornia draws from torch's
+    global generators only): both generators run under ``torch.random.fork_rng``, so
+    they are as they were afterwards, and a call with the same seed draws the same.
+    Unlike :class:`Seeded`, the device's generator is seeded too; other devices' are
+    left alone.
+
+    Example:
+        >>> before = torch.get_rng_state()
+        >>> a = forked(lambda x: x + torch.rand(()), 0.0, 7, torch.device("cpu"))
+        >>> b = forked(lambda x: x + torch.rand(()), 0.0, 7, torch.device("cpu"))
+        >>> bool(a == b), torch.equal(before, torch.get_rng_state())
+        (True, True)
+    """
+    if device.type != "cuda":
+        with torch.random.fork_rng(devices=[]):
+            _TORCH.manual_seed(seed)
+            return fn(value)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.random.fork_rng(devices=[index]):
+        _TORCH.manual_seed(seed)
+        torch.cuda.default_generators[index].manual_seed(seed)
+        return fn(value)
