@@ -11,6 +11,10 @@ bring its own imports and data. Two markers, on the line before a fence:
   but ``...`` must be a line of that file, so the excerpt cannot drift from it.
 - ``<!-- skip: the reason -->``: the block cannot run here; it is reported as a skip
   with that reason (which ``DATAECHO_REQUIRE_ALL=1`` counts as a failure).
+- ``<!-- torchrun 2 -->``: the block (with the blocks that continue it) is a
+  multi-process job: it runs as printed under ``torchrun --nproc_per_node 2`` (gloo on
+  CPU), and its output is process 0's. Each such block is one launch (seconds): show
+  several settings in one block rather than one block each.
 
 A ```text block right after a python block is its printed output, and must match.
 """
@@ -35,6 +39,7 @@ FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 SKIP = re.compile(r"<!--\s*skip:\s*(.*?)\s*-->")
 CONTINUES = re.compile(r"<!--\s*continues\s*-->")
 EXCERPT = re.compile(r"<!--\s*excerpt:\s*(\S+)\s*-->")
+TORCHRUN = re.compile(r"<!--\s*torchrun\s+(\d+)\s*-->")
 MARK = "\x00block"  # printed before each block of a chain, to split their output
 
 
@@ -47,6 +52,7 @@ class Block:
     skip: str | None
     continues: bool = False  # goes on from the page's python block above
     excerpt: str | None = None  # the example file the block's lines come from
+    processes: int = 1  # run under torchrun with this many processes when more than 1
 
     @property
     def name(self) -> str:
@@ -87,9 +93,11 @@ def blocks(path: pathlib.Path) -> list[Block]:
                    for line in lines[end + 1:nxt]) and nxt - end <= 4:
                 output = textwrap.dedent("\n".join(lines[nxt + 1:nxt_end]))
         excerpt = EXCERPT.search(before)
+        torchrun = TORCHRUN.search(before)
         found.append(Block(path, start + 1, code, output, skip and skip.group(1),
                            bool(found) and CONTINUES.search(before) is not None,
-                           excerpt and excerpt.group(1)))
+                           excerpt and excerpt.group(1),
+                           int(torchrun.group(1)) if torchrun else 1))
     return found
 
 
@@ -151,12 +159,27 @@ def _run(chain: list[Block], cwd: pathlib.Path) -> Run:
     script.write_text(script_of(chain))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
            "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    processes = chain[0].processes
+    command = [sys.executable, script.name]
+    if processes > 1:  # each rank's streams to its own files: the output is rank 0's
+        env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                        str(processes), "--log-dir", "ranks", "--redirects", "3"]
     try:
-        done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env,
+        done = subprocess.run(command, cwd=cwd, env=env,
                               text=True, capture_output=True, timeout=TIMEOUT_S)
         code, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as error:
         code, out, err = None, str(error.stdout or ""), str(error.stderr or "")
+    if processes > 1:  # <log-dir>/<run>/attempt_0/<local rank>/std{out,err}.log
+        ranks = sorted((cwd / "ranks").rglob("std*.log"))
+        outs = {p.parent.name: p.read_text() for p in ranks if p.name == "stdout.log"}
+        err += "".join(f"\n[process {p.parent.name}]\n{p.read_text()}" for p in ranks
+                       if p.name == "stderr.log")
+        out = outs.get("0", out)
+        if code == 0 and any(other != out for other in outs.values()):  # same on each
+            code, err = 1, err + "".join(f"\n[process {k} printed]\n{v}"
+                                         for k, v in outs.items())
     parts = out.split(MARK + "\n")[1:]
     frames = re.findall(rf'File "[^"]*{re.escape(script.name)}", line (\d+)', err)
     return Run(code, {b.line: p for b, p in zip(chain, parts, strict=False)}, err,
@@ -242,6 +265,17 @@ def test_block_parsing_finds_indented_blocks_outputs_skips_and_chains(
         (4, "needs a GPU", None, False), (10, None, "1", False), (19, None, None, True)]
     assert found[1].code == "print(1)\n"
     assert chain_of(found[2], found) == chain_of(found[1], found) == found[1:]
+
+
+def test_a_block_marked_torchrun_runs_on_that_many_processes_and_the_rest_on_one(
+        tmp_path: pathlib.Path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- torchrun 2 -->\n```python\nimport os\n```\n\n"
+                    "<!-- continues -->\n```python\nprint(1)\n```\n\n```python\nx = 1\n```\n")
+    found = blocks(page)
+    assert [b.processes for b in chain_of(found[1], found)] == [2, 1]  # the first decides
+    assert found[2].processes == 1
+    assert sum(b.processes > 1 for b in ALL) <= 3  # each launch takes seconds
 
 
 def test_a_chain_runs_once_and_each_block_gets_its_output_and_its_failure(
