@@ -50,8 +50,10 @@ class DeviceEcho:
       (fractional factors: ``floor(factor)`` copies plus one with probability
       ``factor - floor(factor)``, keyed by (seed, epoch, example)), its copies spread
       over the steps of its group of ``window // 2`` batches and mixed with theirs by
-      an on-device permutation. ``mode="batches"``: every slot is gathered and
-      augmented ``factor`` times, in an order shuffled within the group.
+      a permutation (drawn on the host, so fresh counts are exact and a CPU run hands
+      out the same examples as a CUDA one; its index goes to the device once per group,
+      8 bytes a copy), gathered on the device. ``mode="batches"``: every slot is
+      gathered and augmented ``factor`` times, in an order shuffled within the group.
     - One group is handed out while the next lands in the ring's other half: the copy
       runs on a side stream from pinned memory, after the gathers that last read its
       slot, and the first gather of a batch waits for its copy (CUDA events; on the CPU

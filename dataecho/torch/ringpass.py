@@ -3,8 +3,8 @@
 Fresh batch ``k`` of an epoch lands in slot ``k % window``. Batches are mixed in groups
 of ``G = window // 2``: while one group's copies are handed out, the next group's
 batches land in the other half of the ring, so copies overlap training. A group's copies
-(each example ``factor`` times, or each batch) are put in an order drawn on the device,
-keyed by (seed, epoch, group, pass); steps take them ``batch size`` at a time, the last
+(each example ``factor`` times, or each batch) are put in an order drawn on the host,
+keyed by (seed, epoch, group, pass), whose index goes to the device once per group; steps take them ``batch size`` at a time, the last
 step of a group finishing with the next group's first copies (one batch size for every
 step but the epoch's last). With ``Auto`` a group is passed over once per use, each
 example once a pass, and another pass is made only while the next group has not landed.
