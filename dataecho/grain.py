@@ -19,6 +19,9 @@ process's iterator. This module imports Grain, not JAX.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
 import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -40,6 +43,53 @@ T = TypeVar("T")
 
 #: The ``"stage"`` of an echo iterator's state: how :func:`stats` tells it apart.
 NAME = "EchoIterDataset"
+
+
+
+def _release_at_exit() -> None:
+    """Frees the shared memory of the batches Grain's iterators still hold at exit.
+
+    Grain's iterators keep the last elements of a pass in reference cycles (the frames
+    of the StopIteration that ended it), mp_prefetch's shared-memory batches among them.
+    Left to the collection at interpreter shutdown, their ``__del__`` runs after the
+    modules it needs are gone: an ``AttributeError`` traceback per batch, and "leaked
+    shared_memory objects" warnings. Collected here, while the modules are intact, they
+    are unlinked by Grain's deletion thread (mp_prefetch starts one), which a task put
+    after them and waited for lets finish before the interpreter stops it.
+    """
+    gc.collect()
+    try:
+        from grain.multiprocessing import SharedMemoryArray
+    except ImportError:  # another Grain: its own shutdown, then
+        return
+    pool = getattr(SharedMemoryArray, "_del_thread_pool", None)  # None when not started
+    if pool is not None:
+        # A pool already closed has nothing left to wait for.
+        with contextlib.suppress(Exception):
+            pool.apply(int)  # returns once the deletions queued before it are done
+
+
+atexit.register(_release_at_exit)
+
+
+class _Live(dict):  # type: ignore[type-arg]
+    """The echo's counts as it reads on, in its state under ``"live"``.
+
+    A stage after the echo that keeps the echo's state from an earlier point (Grain's
+    window shuffle keeps the one from its window's start) copies it with
+    ``copy.deepcopy``, which returns this very dict, so the state that leaves a worker
+    with an element carries the counts of that moment. Pickled (to the training
+    process) it becomes a plain dict of those numbers; JSON writes its numbers.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Live:
+        return self
+
+    def __copy__(self) -> _Live:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
 
 
 class EchoIterDataset(grain.IterDataset[T]):  # type: ignore[misc]
@@ -110,11 +160,14 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
     The echo is a :class:`dataecho.Echo` over the parent iterator. Its state is Grain's
     flat-map shape: ``{"stage": "EchoIterDataset", "config": {"factor": ..., "seed":
     ...}, "parent": ..., "next_index_in_buffer": k, "fresh_items": ..., "emitted_items":
-    ...}``, the parent's state from before the element in progress and the ``k``
-    copies of it already emitted (``k = 0`` and the parent's current state between
-    elements), plus the counts, so they are exact after a restore. Restoring reads no
-    data: the next ``next()`` re-reads the element in progress. A state taken with
-    another factor or seed, or with counts this echo cannot reach, is refused.
+    ..., "live": {...}}``, the parent's state from before the element in progress and
+    the ``k`` copies of it already emitted (``k = 0`` and the parent's current state
+    between elements), plus the counts, so they are exact after a restore. ``"live"``
+    holds the same two counts as the echo reads on, also where a later stage keeps
+    this state from an earlier point (:func:`stats` reads them); a restore does not
+    read it. Restoring reads no data: the next ``next()`` re-reads the element in
+    progress. A state taken with another factor or seed, or with counts this echo
+    cannot reach, is refused.
 
     Example:
         >>> it = iter(grain.MapDataset.range(2).to_iter_dataset()
@@ -129,6 +182,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         super().__init__(parent)
         self._config: dict[str, Any] = {"factor": factor, "seed": seed}
         self._echo: Echo[T] | None = None  # built at first use, when the worker is known
+        self._live = _Live(fresh_items=0, emitted_items=0)
 
     def _stage(self) -> Echo[T]:
         if self._echo is None:
@@ -140,7 +194,10 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         return self._echo
 
     def __next__(self) -> T:
-        return next(self._echo or self._stage())
+        echo = self._echo or self._stage()
+        item = next(echo)
+        _, _, self._live["fresh_items"], self._live["emitted_items"] = echo.echo_counts()
+        return item
 
     def get_state(self) -> dict[str, Any]:
         echo = self._stage()
@@ -148,7 +205,8 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         fresh, left = state["fresh"], state["left"]
         return {"stage": NAME, "config": self._config, "parent": state["upstream"]["state"],
                 "next_index_in_buffer": echo.copies(fresh - 1) - left if left else 0,
-                "fresh_items": fresh, "emitted_items": state["planned"] - left}
+                "fresh_items": fresh, "emitted_items": state["planned"] - left,
+                "live": self._live}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if state_value(state, "config", NAME) != self._config:
@@ -173,6 +231,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
             **base, "upstream": {**base["upstream"], "state": parent}, "left": left,
             "size": 1, "fresh": fresh, "fresh_examples": fresh, "planned": emitted + left,
             "planned_examples": emitted + left})
+        self._live.update(fresh_items=fresh, emitted_items=emitted)  # the same object
 
     def stats(self) -> EchoStats:
         """Elements read from the parent and emitted so far (each counts as one example).
@@ -215,17 +274,19 @@ class _Parent(Stage[Any]):
 def stats(iterator: Any) -> EchoStats:
     """Sums the echo counts in a Grain iterator's state (or a state dict).
 
-    Under ``mp_prefetch`` each worker's echo stage counts what it read and emitted,
-    and the training process's iterator reports, per worker, the state that came with
-    the last element it handed out: the sum is exact for the elements consumed so far
-    (a ``batch`` after the echo counts the examples of the batches handed out; those a
-    ``drop_remainder`` dropped at the end are not counted). A stage between the echo
-    and the training loop that checkpoints the echo's state from an earlier point (a
-    window shuffle keeps it from the start of its window) reports the counts of that
-    point, which lag by at most its window. With two echo stages in one chain, fresh
-    counts come from the first, emitted from the last. The echo iterators live in the
-    worker processes, so the counts come from the states Grain hands over, where an
-    echo's state is the one whose ``"stage"`` is ``"EchoIterDataset"``.
+    Each echo stage counts what it read and emitted, and its state carries those counts
+    as they were when the state was taken (``"live"``, also inside a stage that keeps
+    the echo's state from an earlier point, as a window shuffle does). Under
+    ``mp_prefetch`` the training process's iterator holds, per worker, the state that
+    came with the last element it handed out; the sum is what the workers' echoes had
+    read and emitted when those elements left them. That is exact after a full pass.
+    Mid-pass it leads the elements handed out by what each worker's stages after the
+    echo held then: a window shuffle's window (``window_size`` copies) and the worker's
+    output buffer (``per_worker_buffer_size`` elements, batches after a ``batch``);
+    without those stages it is exact. Copies a ``batch(drop_remainder=True)`` dropped
+    at the end were emitted, and are counted. With two echo stages in one chain, fresh
+    counts come from the first, emitted from the last. An echo's state is the one
+    whose ``"stage"`` is ``"EchoIterDataset"``.
 
     Raises:
         ValueError: the state holds no :class:`EchoIterDataset`.
@@ -250,9 +311,14 @@ def _find(node: Any) -> EchoStats | None:
     """The counts summed over the echo chains in a nested state, or None."""
     if isinstance(node, Mapping) and node.get("stage") == NAME:
         inner = _find(node["parent"])
-        fresh = inner.fresh_examples if inner is not None else node["fresh_items"]
-        return EchoStats.of_examples(int(fresh), int(node["emitted_items"]))
+        live = node.get("live")
+        counts = live if isinstance(live, Mapping) and set(live) >= _LIVE else node
+        fresh = inner.fresh_examples if inner is not None else counts["fresh_items"]
+        return EchoStats.of_examples(int(fresh), int(counts["emitted_items"]))
     children = (node.values() if isinstance(node, Mapping)
                 else node if isinstance(node, list | tuple) else ())
     found = [f for f in map(_find, children) if f is not None]
     return sum(found[1:], found[0]) if found else None
+
+
+_LIVE = {"fresh_items", "emitted_items"}
