@@ -1,6 +1,10 @@
-"""DeviceEcho on device="cpu": the same code path as on CUDA, without streams."""
+"""DeviceEcho on device="cpu": the same code path as on CUDA, without streams.
+
+``DATAECHO_TEST_DEVICE=cuda`` runs the same tests on a GPU (benchmarks/device_echo.py).
+"""
 import dataclasses
 import json
+import os
 import time
 from collections import Counter, defaultdict
 
@@ -18,6 +22,7 @@ from dataecho.torch.ring import Ring
 from helpers.checkpoint import as_json, assert_restores_everywhere
 
 pytestmark = pytest.mark.torch
+DEVICE = os.environ.get("DATAECHO_TEST_DEVICE", "cpu")
 
 
 def batches(n=6, size=4, dim=3):
@@ -27,7 +32,7 @@ def batches(n=6, size=4, dim=3):
 
 
 def echo(loader=None, **kw):
-    args = {"augment": None, "factor": 2, "device": "cpu", "window": 4, "seed": 0} | kw
+    args = {"augment": None, "factor": 2, "device": DEVICE, "window": 4, "seed": 0} | kw
     return DeviceEcho(batches() if loader is None else loader, **args)
 
 
@@ -36,7 +41,8 @@ def ids(out):
 
 
 def noise(batch, generator):
-    return {**batch, "x": batch["x"] + torch.rand(batch["x"].shape, generator=generator)}
+    x = batch["x"]
+    return {**batch, "x": x + torch.rand(x.shape, generator=generator, device=x.device)}
 
 
 class Steps:
@@ -55,7 +61,7 @@ class Steps:
                     raise StopIteration
                 self.it = iter(self.echo)
             try:
-                return next(self.it)
+                return {k: v.cpu() for k, v in next(self.it).items()}
             except StopIteration:
                 self.it = None
 
@@ -132,11 +138,14 @@ def test_one_seed_gives_bitwise_equal_runs_and_another_seed_different_ones():
 
 def test_a_one_argument_augment_runs_under_fork_rng_and_leaves_the_global_stream():
     def jitter(batch):  # draws from torch's global generator, as kornia does
-        return {**batch, "x": batch["x"] + torch.rand(batch["x"].shape)}
+        x = batch["x"]
+        return {**batch, "x": x + torch.rand(x.shape, device=x.device)}
     torch.manual_seed(123)
     before = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state() if DEVICE == "cuda" else None
     first = [b["x"] for b in echo(augment=jitter)]
     assert torch.equal(before, torch.get_rng_state())
+    assert cuda is None or torch.equal(cuda, torch.cuda.get_rng_state())
     again = [b["x"] for b in echo(augment=jitter)]
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[0], first[1])
@@ -300,7 +309,7 @@ def test_auto_echoes_only_while_the_loader_is_late(no_thread_leak):
     fast = echo(loader=Sleepy(batches(n=6), 0.0), factor=Auto(max_factor=4), window=2)
     steps = []
     for b in fast:
-        time.sleep(0.05)  # a step slower than the loader
+        time.sleep(0.2)  # a step far slower than the loader, even on a loaded machine
         steps.append(b)
     assert fast.stats().realised_factor == 1.0
     assert ids(steps) == {i: 1 for i in range(24)}
@@ -366,13 +375,13 @@ def test_a_batch_unlike_the_first_is_refused_naming_both():
 
 
 def test_cuda_is_refused_where_torch_sees_none():
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # DATAECHO_REQUIRE_ALL runs where there is none
         pytest.skip("a CUDA device is here: benchmarks/device_echo.py runs the suite on it")
     with pytest.raises(ValueError, match=r"torch sees no CUDA device here"):
         echo(device="cuda")
 
 
 def test_repr_shows_the_parameters():
-    assert repr(echo(max_bytes=10**9)) == (
+    assert repr(echo(device="cpu", max_bytes=10**9)) == (
         "DeviceEcho(<list>, factor=2.0, device='cpu', window=4, seed=0, mode='examples', "
         "max_bytes=1000000000)")

@@ -4,10 +4,11 @@ Fresh batch ``k`` of an epoch lands in slot ``k % window``. Batches are mixed in
 of ``G = window // 2``: while one group's copies are handed out, the next group's
 batches land in the other half of the ring, so copies overlap training. A group's copies
 (each example ``factor`` times, or each batch) are put in an order drawn on the host,
-keyed by (seed, epoch, group, pass), whose index goes to the device once per group; steps take them ``batch size`` at a time, the last
-step of a group finishing with the next group's first copies (one batch size for every
-step but the epoch's last). With ``Auto`` a group is passed over once per use, each
-example once a pass, and another pass is made only while the next group has not landed.
+keyed by (seed, epoch, group, pass), whose index goes to the device once per group;
+steps take them ``batch size`` at a time, the last step of a group finishing with the
+next group's first copies (one batch size for every step but the epoch's last). With
+``Auto`` a group is passed over once per use, each example once a pass, and another pass
+is made only while the next group has not landed.
 
 A checkpoint holds the group, the pass, the copies of it already handed out, the
 counters, and the loader's state before the group's first batch: a restore re-reads that
@@ -282,14 +283,25 @@ class RingPass(Stage[Any]):
         return forked(shared.augment, batch, seed, shared.device)
 
     def _read_ahead(self) -> None:
-        """One batch of the current or next group, whose slots are free (Auto: every ready
-        one), so the copy overlaps the step that follows."""
+        """Reads a batch of the current or next group, whose slots are free, so the copy
+        overlaps the steps that follow (Auto: every ready one). The next group's batches
+        are read evenly over the current group's steps, one per ``factor`` steps, as a
+        loader produces them: read at once, they would leave its workers idle later."""
+        current = self.groups.get(self.g)
         for index in (self.g, self.g + 1):
             group = self._group(index)
-            if not group.complete:
-                while self._read(group, block=not self.auto) and self.auto:
+            if group.complete:
+                continue
+            if self.auto:
+                while self._read(group, block=False):
                     pass
                 return
+            order = current.order if current is not None else None
+            if (index > self.g and order is not None
+                    and len(group.batches) * order.total > self.shared.group * self.offset):
+                return  # not due yet
+            self._read(group)
+            return
 
     # Counts and checkpoints.
 
