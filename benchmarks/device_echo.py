@@ -86,9 +86,9 @@ def suite(device: torch.device) -> dict[str, Any]:
 class Synchronised(CudaOrdering):
     """The reference: the device finishes everything before and after every operation."""
 
-    def copy(self, work: Callable[[], None], after: Any) -> Any:
+    def copy(self, work: Callable[[], None], after: Any, resident: bool = False) -> Any:
         torch.cuda.synchronize(self.device)
-        ready = super().copy(work, after)
+        ready = super().copy(work, after, resident)
         torch.cuda.synchronize(self.device)
         return ready
 

@@ -235,7 +235,7 @@ class Recorder:
         self.events += 1
         return self.events
 
-    def copy(self, work, after):
+    def copy(self, work, after, resident=False):
         work()  # logs ("put", slot)
         ready = self._event()
         self.log.append(("copy", self.log[-1][1], after, ready))

@@ -22,9 +22,10 @@ import torch
 class Ordering(Protocol):
     """The stream and event operations of a device ring (see the module's docstring)."""
 
-    def copy(self, work: Callable[[], None], after: Any) -> Any:
+    def copy(self, work: Callable[[], None], after: Any, resident: bool = False) -> Any:
         """Runs ``work`` (a host-to-device copy) once ``after`` (a free event or None) has
-        passed; returns the copy's ready event."""
+        passed, and with ``resident`` (a batch already on the device) once the work asked
+        for so far has run; returns the copy's ready event."""
         ...
 
     def free(self) -> Any:
@@ -50,7 +51,7 @@ class HostOrdering:
         True
     """
 
-    def copy(self, work: Callable[[], None], after: Any) -> Any:
+    def copy(self, work: Callable[[], None], after: Any, resident: bool = False) -> Any:
         work()
 
     def free(self) -> Any:
@@ -80,7 +81,9 @@ class CudaOrdering:
         self.device = device
         self.side = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
 
-    def copy(self, work: Callable[[], None], after: Any) -> Any:
+    def copy(self, work: Callable[[], None], after: Any, resident: bool = False) -> Any:
+        if resident:  # a batch the loader made on the device is written on that stream
+            self.side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.side):
             if after is not None:
                 self.side.wait_event(after)

@@ -126,6 +126,8 @@ class Ring:
         memory)."""
         for i, ring in zip(self.where, self.slots, strict=True):
             ring[slot, :n].copy_(flat[i], non_blocking=True)
+            if flat[i].is_cuda:  # not reused before the copy (on this stream) has read it
+                flat[i].record_stream(torch.cuda.current_stream(flat[i].device))
 
     def gather(self, index: torch.Tensor) -> list[torch.Tensor]:
         """New tensors holding the rows at ``index`` (``slot * rows + row``), per field."""

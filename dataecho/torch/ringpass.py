@@ -146,8 +146,9 @@ class RingPass(Stage[Any]):
         flat, n = ring.check(batch)
         self._warn_unpinned(flat, ring)
         slot = self.read % shared.window
+        resident = any(flat[i].device.type != "cpu" for i in ring.where)
         group.ready.append(shared.ordering.copy(lambda: ring.put(slot, flat, n),
-                                                shared.free.pop(slot, None)))
+                                                shared.free.pop(slot, None), resident))
         group.batches.append((slot, n))
         if group.carrier is None:
             group.carrier = (flat, batch)
