@@ -16,7 +16,8 @@ from ..readers import as_stage
 from ..stage import Stage, State
 from ..stats import EchoStats
 from .ordering import ordering_for
-from .ringpass import RingPass, Shared
+from .ring import Shared
+from .ringpass import RingPass
 
 MODES = ("examples", "batches")
 

@@ -5,6 +5,8 @@ A slot holds the tensors of one fresh batch, at the positions the first batch ha
 dimension is the batch's size is kept in the ring; any other value (a label string, a
 batch-level tensor) is carried through from the fresh batch. The ring's bytes are known
 from the first batch, before anything is allocated, so a bound is checked first.
+:class:`Shared` holds the ring for every epoch, with each slot's free event and the
+parameters.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..factor import Auto
 from ..sizes import batch_size_of, is_dataclass_instance
+from .ordering import Ordering
 
 
 def leaves(batch: Any) -> list[Any]:
@@ -148,3 +153,30 @@ def _rowed(leaf: Any, rows: int) -> bool:
 
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass
+class Shared:
+    """What every epoch's pass shares: the parameters, the ring and its free events."""
+
+    factor: float | Auto
+    mode: str
+    window: int
+    seed: int
+    device: torch.device
+    augment: Callable[..., Any] | None
+    max_bytes: int | None
+    ordering: Ordering
+    ring: Ring | None = None
+    free: dict[int, Any] = field(default_factory=dict)  # slot -> event after its last gather
+    warned: bool = False  # the loader does not pin memory: said once
+
+    @property
+    def group(self) -> int:
+        """Batches mixed together: half the window, so the other half can land."""
+        return max(1, self.window // 2)
+
+    def ring_for(self, batch: Any) -> Ring:
+        if self.ring is None:
+            self.ring = Ring(batch, self.window, self.device, self.max_bytes)
+        return self.ring
