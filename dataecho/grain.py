@@ -73,20 +73,27 @@ atexit.register(_release_at_exit)
 
 
 class _Live(dict):  # type: ignore[type-arg]
-    """The echo's counts as it reads on, in its state under ``"live"``.
+    """The echo's counts in its state under ``"live"``: the numbers of the moment.
 
-    A stage after the echo that keeps the echo's state from an earlier point (Grain's
-    window shuffle keeps the one from its window's start) copies it with
-    ``copy.deepcopy``, which returns this very dict, so the state that leaves a worker
-    with an element carries the counts of that moment. Pickled (to the training
-    process) it becomes a plain dict of those numbers; JSON writes its numbers.
+    Its items are the counts when the state was taken, so a state pickled later (under
+    ``mp_prefetch`` a worker's queue pickles it in a thread, while the worker reads on)
+    still carries those. A stage after the echo that keeps the echo's state from an
+    earlier point and hands out a ``copy.deepcopy`` of it (Grain's window shuffle keeps
+    the one from its window's start) gets the counts of the moment of the copy: the
+    copy reads them from the echo. Pickled it is a plain dict of its numbers; JSON
+    writes its numbers.
     """
 
+    def __init__(self, echo: Echo[Any]) -> None:
+        _, _, fresh, emitted = echo.echo_counts()
+        super().__init__(fresh_items=fresh, emitted_items=emitted)
+        self.echo = echo
+
     def __deepcopy__(self, memo: dict[int, Any]) -> _Live:
-        return self
+        return _Live(self.echo)
 
     def __copy__(self) -> _Live:
-        return self
+        return _Live(self.echo)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (dict, (dict(self),))
@@ -163,11 +170,12 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
     ..., "live": {...}}``, the parent's state from before the element in progress and
     the ``k`` copies of it already emitted (``k = 0`` and the parent's current state
     between elements), plus the counts, so they are exact after a restore. ``"live"``
-    holds the same two counts as the echo reads on, also where a later stage keeps
-    this state from an earlier point (:func:`stats` reads them); a restore does not
-    read it. Restoring reads no data: the next ``next()`` re-reads the element in
-    progress. A state taken with another factor or seed, or with counts this echo
-    cannot reach, is refused.
+    holds the same two counts as they were when the state was taken, or, where a later
+    stage keeps this state from an earlier point and hands out a deep copy of it, when
+    that copy was made (:func:`stats` reads them); a restore does not read it.
+    Restoring reads no data: the next ``next()`` re-reads the element in progress. A
+    state taken with another factor or seed, or with counts this echo cannot reach, is
+    refused.
 
     Example:
         >>> it = iter(grain.MapDataset.range(2).to_iter_dataset()
@@ -182,7 +190,6 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         super().__init__(parent)
         self._config: dict[str, Any] = {"factor": factor, "seed": seed}
         self._echo: Echo[T] | None = None  # built at first use, when the worker is known
-        self._live = _Live(fresh_items=0, emitted_items=0)
 
     def _stage(self) -> Echo[T]:
         if self._echo is None:
@@ -194,10 +201,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         return self._echo
 
     def __next__(self) -> T:
-        echo = self._echo or self._stage()
-        item = next(echo)
-        _, _, self._live["fresh_items"], self._live["emitted_items"] = echo.echo_counts()
-        return item
+        return next(self._echo or self._stage())
 
     def get_state(self) -> dict[str, Any]:
         echo = self._stage()
@@ -206,7 +210,7 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
         return {"stage": NAME, "config": self._config, "parent": state["upstream"]["state"],
                 "next_index_in_buffer": echo.copies(fresh - 1) - left if left else 0,
                 "fresh_items": fresh, "emitted_items": state["planned"] - left,
-                "live": self._live}
+                "live": _Live(echo)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if state_value(state, "config", NAME) != self._config:
@@ -231,7 +235,6 @@ class EchoIterator(grain.DatasetIterator[T]):  # type: ignore[misc]
             **base, "upstream": {**base["upstream"], "state": parent}, "left": left,
             "size": 1, "fresh": fresh, "fresh_examples": fresh, "planned": emitted + left,
             "planned_examples": emitted + left})
-        self._live.update(fresh_items=fresh, emitted_items=emitted)  # the same object
 
     def stats(self) -> EchoStats:
         """Elements read from the parent and emitted so far (each counts as one example).
@@ -284,7 +287,11 @@ def stats(iterator: Any) -> EchoStats:
     echo held then: a window shuffle's window (``window_size`` copies) and the worker's
     output buffer (``per_worker_buffer_size`` elements, batches after a ``batch``);
     without those stages it is exact. Copies a ``batch(drop_remainder=True)`` dropped
-    at the end were emitted, and are counted. With two echo stages in one chain, fresh
+    at the end were emitted, and are counted, except under ``mp_prefetch``: there a
+    worker's last state leaves it with its last full batch, and nothing follows the
+    remainder it drops (fewer than a batch per worker; Grain's iterator keeps that last
+    state after the ``StopIteration``), so the counts are those of the copies in the
+    batches handed out. With two echo stages in one chain, fresh
     counts come from the first, emitted from the last. An echo's state is the one
     whose ``"stage"`` is ``"EchoIterDataset"``.
 
