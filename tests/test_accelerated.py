@@ -230,7 +230,10 @@ def _rows(n=8):
 @pytest.mark.parametrize(("dataset", "ignore_data_skip", "error", "match"), [
     ("echo", False, ValueError, r"needs TrainingArguments\(ignore_data_skip=True\)"),
     ("auto", True, ValueError, r"Auto\(.*\) echoes by timing; pass a fixed factor"),
-    ("rows", True, TypeError, r"over an EchoDataset.* got a DataLoaderShard over list"),
+    ("rows", True, TypeError, r"an EchoBatches or a loader that accelerate prepared over "
+                              r"an EchoDataset; got a DataLoaderShard over a list; pass the "
+                              r"EchoDataset as the Trainer's train_dataset, or return "
+                              r"EchoBatches\("),
 ])
 def test_exact_resume_refuses_a_setup_it_cannot_resume_exactly_with_the_fix(
         tmp_path, dataset, ignore_data_skip, error, match):
