@@ -47,7 +47,7 @@ from dataecho.demo.grid import (
     run_records,
 )
 from dataecho.demo.gridreport import markdown, plot, summary, with_speedups
-from dataecho.demo.remote import ShardServer
+from dataecho.demo.remote.process import ServerProcess
 from dataecho.demo.report import measured_ratio, versions, write_json
 from dataecho.experiments.store import Store
 from dataecho.factor import DEFAULT_MAX_FACTOR
@@ -80,7 +80,7 @@ class Bench:
         data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size)
         device, note = pick_device(cfg.device, cfg.threads)
         print(note)
-        server = self.stack.enter_context(ShardServer(data.shard_dir, latency=cfg.latency))
+        server = self.stack.enter_context(ServerProcess(data.shard_dir, latency=cfg.latency))
         key = json.dumps([cfg.preset, device.type])
         saved = calibration(self.store, key)
         if saved is not None:

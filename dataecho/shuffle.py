@@ -29,7 +29,12 @@ class Shuffle(Stage[T]):
     Unlike a sliding buffer, a window can be rebuilt from the upstream state at its
     start, so the checkpoint holds that state plus the position in the window, never
     the elements (restoring re-reads the window). The order of window ``w`` is a
-    function of ``(seed, w)``. Memory: ``buffer_size`` items.
+    function of ``(seed, w)``. While a window goes out, the next one is read, one item
+    for each item yielded: the upstream is read at the pace items leave, not a whole
+    window at once after every ``buffer_size`` items (a reader that waits for a network
+    would idle the link during the drain and then stall the trainer for the refill).
+    Memory: ``buffer_size`` items (what is left of one window and what is read of the
+    next).
 
     If the upstream raises while a window is being read (a transient read error), the
     items read so far are kept and the next call goes on filling the same window. A
@@ -52,12 +57,18 @@ class Shuffle(Stage[T]):
         self.upstream = as_stage(upstream)
         self.buffer_size = check_positive_int(buffer_size, "buffer_size")
         self.seed = check_seed(seed)
+        # The window going out: in its order, each slot emptied as its item leaves.
         self._buf: list[Any] = []
         self._pos = 0
-        self._window = 0  # index of the window in _buf, or of the next one when drained
+        self._window = 0  # index of the window in _buf
         self._start: Any = None  # upstream snapshot from when the window in _buf began
-        self._items: list[Any] | None = None  # the window being read, kept if upstream raises
-        self._skip = 0  # items of that window a restore already emitted
+        # The next window, read while _buf goes out: None until its read begins.
+        self._items: list[Any] | None = None
+        self._next = 0  # its index
+        self._next_start: Any = None  # upstream snapshot from when it began
+        self._ended = False  # the upstream ended while it was read
+        self._skip = 0  # items of the next window a restore already emitted
+        self._owed = 0  # items of the next window a restore still has to read
         self._probe: Callable[[], tuple[int, bool]] | None = None  # upstream's copies_of()
         self._read: list[tuple[int, bool]] = []  # its answers for _items, in read order
         self._copies: list[tuple[int, bool]] = []  # this stage's answers for _buf
@@ -65,35 +76,54 @@ class Shuffle(Stage[T]):
     def __next__(self) -> T:
         if self._pos >= len(self._buf):
             self._fill()
+        elif self._items is not None and not self._ended:
+            # One item of the next window in for each one out (and what a restore that
+            # an upstream error cut short still owes).
+            want = min(self.buffer_size, max(len(self._items) + 1, self._owed))
+            self._read_up_to(self._items, want)
+            self._owed = 0
         item = self._buf[self._pos]
         self._buf[self._pos] = None  # drop our reference early: items can be large
         self._pos += 1
         return item  # type: ignore[no-any-return]
 
-    def _fill(self) -> None:
-        if self._items is None:
-            if self._buf:
-                self._window += 1
-            self._buf, self._pos = [], 0
-            self._start, self._items, self._read = self.upstream._snapshot(), [], []
+    def _begin(self) -> list[Any]:
+        """Starts reading the next window where the upstream stands; returns its list."""
+        self._items, self._read, self._ended = [], [], False
+        self._next_start = self.upstream._snapshot()
+        return self._items
+
+    def _read_up_to(self, items: list[Any], size: int) -> None:
+        """Reads into the next window, ``items``, until it holds ``size`` items or the
+        upstream ends."""
+        before = len(items)
         if self._probe is None:
-            items = read_into(self._items, self.upstream, self.buffer_size)
+            read_into(items, self.upstream, size)
         else:
-            items = self._read_asking(self._items, self._probe)
-        self._items = None
+            self._read_asking(items, self._probe, size)
+        self._ended = len(items) - before < size - before
+
+    def _fill(self) -> None:
+        """Makes the next window the one going out, reading what is left of it first."""
+        items = self._begin() if self._items is None else self._items
+        if not self._ended:
+            self._read_up_to(items, self.buffer_size)
         if not items:
             raise StopIteration
-        order = _rng.rng(self.seed, _rng.SHUFFLE, self._window).permutation(len(items)).tolist()
+        order = _rng.rng(self.seed, _rng.SHUFFLE, self._next).permutation(len(items)).tolist()
         self._buf = [items[i] for i in order]
         if self._probe is not None:
             self._copies = first_out([self._read[i] for i in order])
         self._buf[:self._skip] = [None] * self._skip
         self._pos, self._skip = self._skip, 0
+        self._window, self._start, self._next = self._next, self._next_start, self._next + 1
+        self._begin()  # the upstream stands at the next window's start
 
-    def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]]) -> list[Any]:
+    def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]],
+                     size: int) -> list[Any]:
         # read_into's loop, asking the upstream about each item as it comes.
         read, upstream = self._read, self.upstream
-        while len(items) < self.buffer_size:
+        while len(items) < size:
             try:
                 item = next(upstream)
             except StopIteration:
@@ -126,16 +156,19 @@ class Shuffle(Stage[T]):
         return {"buffer_size": self.buffer_size, "seed": self.seed}
 
     def _snapshot(self) -> Any:
-        if self._items is not None:  # an upstream error interrupted the window's read
-            return (self._start, self._window, self._skip)
+        # "ahead": the items of the next window read, which a restore reads again so
+        # that the upstream, and the counts it keeps, stand where they stood.
+        ahead = 0 if self._items is None else len(self._items)
         if 0 < self._pos < len(self._buf):
-            return (self._start, self._window, self._pos)
-        window = self._window + 1 if self._buf else self._window
-        return (self.upstream._snapshot(), window, 0)
+            return (self._start, self._window, self._pos, ahead)
+        # Between windows (or before the first item of a restore's window): the next
+        # window from its start, skipping what a restore already emitted of it.
+        start = self.upstream._snapshot() if self._items is None else self._next_start
+        return (start, self._next, self._skip, ahead)
 
     def _state(self, token: Any) -> State:
         return {"upstream": self.upstream._expand(token[0]), "window": token[1],
-                "skip": token[2]}
+                "skip": token[2], "ahead": token[3]}
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
         upstream = state_mapping(state, "upstream", "Shuffle")
@@ -144,13 +177,20 @@ class Shuffle(Stage[T]):
         skip = state_int(state, "skip", "Shuffle", maximum=self.buffer_size - 1,
                          rule=f"items of the window already emitted, fewer than "
                          f"buffer_size={self.buffer_size}")
+        # Absent in states saved before windows were read ahead: nothing was.
+        ahead = 0 if "ahead" not in state else state_int(
+            state, "ahead", "Shuffle", maximum=self.buffer_size,
+            rule=f"items of the next window read, at most buffer_size={self.buffer_size}")
         self.upstream.load_state_dict(upstream)
-        self._buf, self._pos, self._window = [], 0, window
-        self._items, self._skip, self._read = None, skip, []
+        self._buf, self._pos, self._window, self._next = [], 0, window, window
+        self._items, self._skip, self._read, self._owed = None, skip, [], ahead
         if self._skip:
             # Re-reads the window from its start state and skips what was emitted; if the
-            # upstream raises meanwhile, the next call finishes the read and the skip.
+            # upstream raises meanwhile, the next calls finish the read, the skip and
+            # the read-ahead.
             self._fill()
+        self._read_up_to(self._begin() if self._items is None else self._items, ahead)
+        self._owed = 0
 
 
 def first_out(copies: list[tuple[int, bool]]) -> list[tuple[int, bool]]:

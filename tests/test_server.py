@@ -222,3 +222,26 @@ def test_throttle_books_transfers_back_to_back() -> None:
     assert throttle.delay(10**9) == 0.0
     with pytest.raises(ValueError, match="bandwidth must be None"):
         Throttle(0)
+
+
+def test_a_server_in_its_own_process_serves_counts_and_takes_a_new_bandwidth(tmp_path):
+    # The demo's remote store runs apart from the trainer, as a bucket does: no GIL shared.
+    from dataecho.demo.remote.process import ServerProcess
+
+    (tmp_path / "a.bin").write_bytes(b"x" * 5000)
+    with ServerProcess(tmp_path, bandwidth=1e6, latency=0.001) as server:
+        assert urllib.request.urlopen(server.url + "/a.bin").read() == b"x" * 5000
+        server.bandwidth = 2e6
+        assert server.bandwidth == 2e6 and server.requests == 1
+        with pytest.raises(ValueError, match="bandwidth"):
+            server.bandwidth = -1
+    assert (server.requests, server.bytes_sent) == (1, 5000)  # final, after close
+    with pytest.raises(RuntimeError, match="closed"):
+        server.bandwidth = 1e6
+
+
+def test_a_server_process_refuses_a_missing_directory_in_the_caller(tmp_path):
+    from dataecho.demo.remote.process import ServerProcess
+
+    with pytest.raises(FileNotFoundError, match="existing directory"):
+        ServerProcess(tmp_path / "absent")

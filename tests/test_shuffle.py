@@ -66,13 +66,43 @@ def test_upstream_error_mid_window_keeps_the_items_read_and_resumes_the_window()
     assert out == list(Shuffle(range(10), 4, seed=5))
 
 
-def test_checkpoint_after_an_upstream_error_rereads_the_interrupted_window():
+def test_checkpoint_after_an_upstream_error_rereads_the_windows_it_holds():
+    # Item 6 belongs to window 1, read while window 0 goes out: the error comes after
+    # three of window 0's items, and the state rebuilds window 0 and skips them.
     reference = list(Shuffle(range(10), 4, seed=5))
     _, state = drain_retrying(Shuffle(Flaky(10, fail_at=6), 4, seed=5))
-    assert state["upstream"]["consumed"] == 4 and state["skip"] == 0
+    assert state["upstream"]["consumed"] == 0 and (state["window"], state["skip"]) == (0, 3)
     restored = Shuffle(list(range(10)), 4, seed=5)
     restored.load_state_dict(state)
-    assert list(restored) == reference[4:]
+    assert list(restored) == reference[3:]
+
+
+class Counting:
+    """An upstream that records, at each read, how many items the stage has handed out."""
+
+    def __init__(self, n):
+        self.n, self.out, self.at = n, [0], []
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.at.append(self.out[0])
+            yield i
+
+
+def test_the_next_window_is_read_one_item_per_item_out_not_all_at_once():
+    # A windowed shuffle that refilled at once would read 100 items while handing out
+    # none, every 100 items: a stream's link would idle during the drain and the
+    # trainer wait for the refill.
+    upstream = Counting(1000)
+    stage = Shuffle(upstream, 100, seed=0)
+    out = []
+    for item in stage:
+        out.append(item)
+        upstream.out[0] = len(out)
+    assert sorted(out) == list(range(1000))
+    assert out == list(Shuffle(range(1000), 100, seed=0))
+    ahead = [read - handed for read, handed in enumerate(upstream.at)]
+    assert ahead[:100] == list(range(100)) and set(ahead[100:]) == {99}  # a window ahead
 
 
 def test_upstream_error_while_restoring_mid_window_still_skips_what_was_emitted():

@@ -119,3 +119,36 @@ def test_a_read_that_waits_now_and_then_costs_its_mean():
     for ns in [1000] * 9 + [91_000]:  # a read that waits for its next shard once in ten
         clock.add(ns, calls=EVERY)
     assert clock.seconds_per_call() == pytest.approx(1e-5)
+
+
+def test_a_read_that_waits_now_and_then_is_timed_at_every_call_and_costs_its_mean():
+    # A stream's read: quick most of the time, a long wait for the network once in 23
+    # calls. One call in 31 would time about 1 wait in this run, so the mean would be
+    # off by far more than 10%; calls this slow are all timed.
+    took: list[float] = []
+
+    class Stream:
+        def __init__(self):
+            self.i = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.i += 1
+            if self.i > 23 * 20:
+                raise StopIteration
+            nap(0.01 if self.i % 23 == 0 else 0.0002, took)
+            return self.i
+
+    clock = Clock()
+    calls = sum(1 for _ in Timed(IterableSource(Stream()), clock))
+    total, timed, _ = clock.totals()
+    assert calls == total == 23 * 20 and timed == calls - EVERY + 1  # all from the first
+    assert clock.seconds_per_call() == pytest.approx(sum(took) / len(took), rel=0.1)
+
+
+def test_cheap_calls_stay_sampled_one_in_every():
+    clock = Clock()
+    list(Timed(Source(list(range(40 * EVERY)), shuffle=False), clock))
+    assert clock.totals()[:2] == (40 * EVERY, 40)

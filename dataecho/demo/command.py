@@ -20,7 +20,7 @@ from .config import DemoConfig, check_config, parse_args
 from .data import DemoData, prepare
 from .loader import Factor, make_loader
 from .model import pick_device, small_cnn
-from .remote import ShardServer
+from .remote.process import ServerProcess
 from .report import (
     measured_ratio,
     peak_rss_mb,
@@ -111,7 +111,7 @@ def run(cfg: DemoConfig) -> int:
             "install it with `apt-get install dataset-fashion-mnist` (or `make data`), or "
             "pass --data DIR, the folder you downloaded the four files to")
     data = prepare(cfg.train_size, cfg.eval_size, cfg.shard_size, log=print, root=cfg.data)
-    with ShardServer(data.shard_dir, latency=cfg.latency) as server:
+    with ServerProcess(data.shard_dir, latency=cfg.latency) as server:
         cal = calibrate(measure_t_down(cfg, data, device), cfg.ratio, data.bytes_per_sample,
                         cfg.batch_size)
         server.bandwidth = cal.bandwidth
