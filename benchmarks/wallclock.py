@@ -34,7 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from dataecho.demo.config import PRESETS, DemoConfig
+from dataecho.demo.config import ARMS, PRESETS, DemoConfig
 from dataecho.demo.data import prepare
 from dataecho.demo.grid import (
     BASELINE,
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="R values to set, each a finite number >= 1")
     p.add_argument("--factors", nargs="+", default=["2", "4", "R", "auto"],
                    help="fixed factors >= 1, 'R' (R rounded half up) or 'auto'")
-    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", choices=ARMS, default=list(VARIANTS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="ints >= 0")
     p.add_argument("--preset", choices=("default", "quick", "smoke"), default="default")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",

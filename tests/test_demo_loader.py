@@ -64,7 +64,8 @@ def test_an_image_that_does_not_decode_names_its_sample_and_shard():
 
 @pytest.mark.parametrize("factor, variant", [(1.0, "before_augmentation"),
                                              (2.0, "before_augmentation"),
-                                             (2.0, "after_augmentation"), (2.0, "batch")])
+                                             (2.0, "after_augmentation"), (2.0, "batch"),
+                                             (2.0, "device")])
 def test_two_workers_train_on_every_example_of_an_epoch_factor_times(url, factor, variant):
     from dataecho.demo.loader import make_loader
     from dataecho.demo.train import EpochBatches
@@ -179,3 +180,25 @@ def test_worker_memory_is_read_from_the_fork_servers_workers(url):
 def _child_pids():
     return {int(pid) for path in Path("/proc/self/task").glob("*/children")
             for pid in path.read_text().split()}
+
+
+def test_the_device_arm_crops_each_copy_where_the_trainer_runs(url):
+    import torch
+
+    from dataecho.demo.loader import make_loader
+
+    arm = make_loader(url, factor=2, variant="device", batch_size=2, buffer_size=4,
+                      num_workers=0, pad=1)
+    assert arm.pipeline.startswith("DeviceEcho(DataLoader(EchoDataset(Map(TarShards(")
+    assert "augment=BatchCropFlip(pad=1), factor=2" in arm.pipeline
+    batches = list(arm.loader)
+    images = torch.cat([b[0] for b in batches])
+    indices = torch.cat([b[2] for b in batches]).tolist()
+    assert images.shape[1:] == (4, 4)  # the decode's 6x6 padded images, cropped back
+    assert sorted(indices) == sorted(2 * list(range(N - N % 2)))  # whole batches of 2
+    firsts = {}
+    differ = 0
+    for image, index in zip(images, indices, strict=True):
+        differ += index in firsts and not torch.equal(firsts[index], image)
+        firsts.setdefault(index, image)
+    assert differ > 0  # copies cropped and flipped anew

@@ -76,3 +76,45 @@ def crop_flip(pad: int = 2) -> CropFlip:
         CropFlip(size=None, pad=2, flip=True)
     """
     return CropFlip(None, pad, flip=True)
+
+
+class BatchCropFlip:
+    """The demo's crop and flip for a whole batch of padded images, where the trainer runs.
+
+    For the ``device`` arm (:class:`dataecho.torch.DeviceEcho`): every image of a batch
+    of ``(images, labels, indices)``, ``images`` uint8 ``[N, H + 2 pad, W + 2 pad]``,
+    gets its own crop offsets and flip, drawn from ``generator`` on the batch's device,
+    the same distribution :func:`crop_flip` draws in the workers.
+
+    Example:
+        >>> images = torch.arange(2 * 6 * 6, dtype=torch.uint8).reshape(2, 6, 6)
+        >>> out, labels, _ = BatchCropFlip(pad=1)(
+        ...     (images, torch.tensor([3, 4]), torch.tensor([0, 1])), torch.Generator())
+        >>> tuple(out.shape), labels.tolist()
+        ((2, 4, 4), [3, 4])
+    """
+
+    def __init__(self, pad: int = 2) -> None:
+        if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 8:
+            raise ValueError(f"pad must be an int in [0, 8] pixels, got {pad!r}; pass pad=2")
+        self.pad = pad
+
+    def __call__(self, batch: tuple[torch.Tensor, ...],
+                 generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        images, *rest = batch
+        n, height, width = images.shape
+        p, device = self.pad, images.device
+        h, w = height - 2 * p, width - 2 * p
+        dy = torch.randint(0, 2 * p + 1, (n, 1), generator=generator, device=device)
+        dx = torch.randint(0, 2 * p + 1, (n, 1), generator=generator, device=device)
+        flip = torch.rand(n, 1, generator=generator, device=device) < 0.5
+        rows = dy + torch.arange(h, device=device)
+        cols = dx + torch.arange(w, device=device)
+        cols = torch.where(flip, cols.flip(1), cols)
+        # One gather for the whole batch: image i's rows[i] x cols[i] window.
+        picked = images[torch.arange(n, device=device)[:, None, None], rows[:, :, None],
+                        cols[:, None, :]]
+        return (picked, *rest)
+
+    def __repr__(self) -> str:
+        return f"BatchCropFlip(pad={self.pad})"

@@ -41,6 +41,8 @@ VARIANT_NOTES = {
                            "flip), in the worker",
     "after_augmentation": "examples, after augmentation (identical copies), in the worker",
     "batch": "whole batches, in the trainer's process (EchoBatches around the DataLoader)",
+    "device": "examples, decoded in the worker, kept on the trainer's device and each copy "
+              "cropped and flipped there (DeviceEcho around the DataLoader)",
 }
 
 
@@ -229,7 +231,8 @@ def one_run(cfg: DemoConfig, url: str, name: str, factor: Factor, device: torch.
     """One training run to ``cfg.target`` on the shards served at ``url``."""
     arm = make_loader(url, factor=factor, variant=cfg.variant, batch_size=cfg.batch_size,
                       buffer_size=cfg.buffer_size, seed=cfg.seed, pad=cfg.pad,
-                      num_workers=cfg.num_workers, max_factor=cfg.max_factor)
+                      num_workers=cfg.num_workers, max_factor=cfg.max_factor,
+                      device=str(device))
     print(f"\n{name}: {arm.pipeline}")
     torch.manual_seed(cfg.seed)  # every run starts from the same weights
     step = Step(small_cnn(), cfg.lr, device)

@@ -13,6 +13,10 @@ from ..datasets.fashion_mnist import DEFAULT_ROOT, FILES, missing_files
 from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
 from ..pipeline import VARIANTS
 
+#: Where the demo's echo can stand: dataecho's variants, and "device" (DeviceEcho:
+#: decoded batches echoed where the trainer runs, each copy augmented there).
+ARMS = (*VARIANTS, "device")
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -106,8 +110,9 @@ def parse_args(argv: list[str]) -> DemoConfig:
     p.add_argument("--target", type=float, help="test accuracy that ends a run, in (0, 1)")
     p.add_argument("--budget", type=float, dest="budget_s",
                    help="training seconds per run (default: 2,000 baseline steps at R)")
-    p.add_argument("--variant", choices=VARIANTS,
-                   help="where echoing stands (default before_augmentation)")
+    p.add_argument("--variant", choices=ARMS,
+                   help="where echoing stands (default before_augmentation; device: "
+                        "DeviceEcho, copies augmented where the trainer runs)")
     p.add_argument("--max-factor", type=int,
                    help=f"adaptive echoing's most uses of one example, >= 1 (default "
                         f"{AUGMENTED_MAX_FACTOR} before augmentation, {DEFAULT_MAX_FACTOR} "

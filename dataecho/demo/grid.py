@@ -21,7 +21,7 @@ from typing import Any
 
 from ..experiments.store import Store
 from ..experiments.text import hms
-from ..pipeline import VARIANTS
+from .config import ARMS
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
 BASELINE = "none"  # the variant of the baseline runs: no echo, the same for every variant
@@ -95,8 +95,8 @@ def plan(ratios: Iterable[float], factors: Iterable[str], variants: Iterable[str
     """
     variants = list(variants)
     for variant in variants:
-        if variant not in VARIANTS:
-            raise ValueError(f"variants must be among {', '.join(VARIANTS)}, got {variant!r}")
+        if variant not in ARMS:
+            raise ValueError(f"variants must be among {', '.join(ARMS)}, got {variant!r}")
     specs = []
     factors = list(factors)
     for seed in seeds:

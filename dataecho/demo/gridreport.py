@@ -13,11 +13,11 @@ from typing import Any
 
 from ..experiments.crossing import find_crossing
 from ..experiments.text import md_table
-from ..pipeline import VARIANTS
+from .config import ARMS
 from .grid import BASELINE
 from .report import predicted_speedup
 
-ORDER: dict[str, int] = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(VARIANTS)}}
+ORDER: dict[str, int] = {BASELINE: 0, **{v: k + 1 for k, v in enumerate(ARMS)}}
 
 
 def interpolated_time(run: dict[str, Any]) -> float | None:
@@ -254,7 +254,7 @@ def plot(groups: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    variants: list[str] = [v for v in VARIANTS if any(g["variant"] == v for g in groups)]
+    variants: list[str] = [v for v in ARMS if any(g["variant"] == v for g in groups)]
     variants = variants or [BASELINE]
     fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 4), sharey=True,
                              squeeze=False)

@@ -9,7 +9,10 @@ shards between the DataLoader workers. What differs is where the echo stands:
   buffer_size=...)``, or ``factor=Auto(buffer_size=...)`` (adaptive: decided in each
   worker, copies augmented in the worker);
 - batch echoing: ``EchoBatches(DataLoader(<the baseline's EchoDataset>), factor=e)``,
-  or ``factor=Auto(buffer_size=...)``, in the trainer's process.
+  or ``factor=Auto(buffer_size=...)``, in the trainer's process;
+- echoing where the trainer augments (``"device"``): ``DeviceEcho(DataLoader(
+  EchoDataset(stream)), augment=BatchCropFlip(pad), factor=e)``, the decoded batches
+  kept on the trainer's device and each copy augmented there.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from torch.utils.data import DataLoader
 
 from ..factor import Auto
 from ..map import Map
-from ..pipeline import VARIANTS
 from ..shuffle import window_of
 from ..tarshards import TarShards
-from ..torch import EchoBatches, EchoDataset
-from .augment import PaddedDecode, crop_flip
+from ..torch import DeviceEcho, EchoBatches, EchoDataset
+from .augment import BatchCropFlip, PaddedDecode, crop_flip
+from .config import ARMS
 from .remote import read_shards
 
 # Windows has no fork server; its spawned workers are what it has.
@@ -62,8 +65,8 @@ def check_arm(factor: object, variant: object) -> Factor:
         >>> check_arm(2, "batch"), check_arm("auto", "after_augmentation")
         (2.0, 'auto')
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}, got "
+    if variant not in ARMS:
+        raise ValueError(f"variant must be one of {', '.join(map(repr, ARMS))}, got "
                          f"{variant!r}; pass variant='before_augmentation' (the paper's best)")
     if factor == "auto":
         return "auto"
@@ -80,7 +83,7 @@ def check_arm(factor: object, variant: object) -> Factor:
 def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmentation",
                 batch_size: int = 128, buffer_size: int = 1280, seed: int = 0, pad: int = 2,
                 num_workers: int = 1, prefetch: int = 2,
-                max_factor: int | None = None) -> Arm:
+                max_factor: int | None = None, device: str = "cpu") -> Arm:
     """The loader of one arm over the shards served at ``url``.
 
     Workers start from a fork server, not by a fork of this process (which runs the
@@ -103,7 +106,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     Args:
         url: base URL of the served shards (``ShardServer.url``).
         factor: echo factor >= 1 (1: the baseline), or ``"auto"``.
-        variant: where the echo stands: one of ``dataecho.VARIANTS``.
+        variant: where the echo stands: one of :data:`ARMS`.
         batch_size: examples per batch.
         buffer_size: distinct examples in the shuffle window after a fixed
             example-level echo (the window holds ``ceil(buffer_size * factor)`` copies;
@@ -116,6 +119,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         prefetch: shards each worker downloads ahead.
         max_factor: adaptive echoing's most uses of one example (``Auto(max_factor)``);
             None: ``Auto``'s default for the variant.
+        device: where the ``"device"`` arm keeps and augments its batches.
 
     Example:
         >>> import tempfile
@@ -133,6 +137,10 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     shards = read_shards(url)
     stream = Map(TarShards(shards.urls, seed=seed, digests=shards.digests, prefetch=prefetch),
                  PaddedDecode(pad))
+    if variant == "device" and factor != 1.0:
+        return _device_arm(stream, shards.num_samples, factor, batch_size=batch_size,
+                           buffer_size=buffer_size, seed=seed, pad=pad,
+                           num_workers=num_workers, max_factor=max_factor, device=device)
     examples = variant != "batch" and factor != 1.0  # echoed in the workers
     in_workers: float | Auto = 1.0
     window: int | None = buffer_size
@@ -159,6 +167,29 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         return Arm(echo, shards.num_samples,
                    repr(echo).replace(f"<{type(loader).__name__}>", text, 1))
     return Arm(loader, shards.num_samples, text)
+
+
+def _device_arm(stream: Map[Any], num_samples: int, factor: Factor, *, batch_size: int,
+                buffer_size: int, seed: int, pad: int, num_workers: int,
+                max_factor: int | None, device: str) -> Arm:
+    """The ``"device"`` arm: workers decode, DeviceEcho echoes and augments in the trainer.
+
+    Its ring holds two groups of ``buffer_size`` examples (DeviceEcho mixes copies within
+    a group of ``window // 2`` batches), the examples the workers' window would mix.
+    """
+    # Decoded and shuffled as the baseline's, not augmented: that runs after the echo.
+    dataset = EchoDataset(stream, factor=1.0, buffer_size=buffer_size, seed=seed)
+    loader: DataLoader[Any] = DataLoader(
+        dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
+        persistent_workers=num_workers > 0, multiprocessing_context=_START if num_workers else None)
+    window = 2 * max(1, buffer_size // batch_size)
+    echo = DeviceEcho(loader, augment=BatchCropFlip(pad),
+                      factor=Auto(max_factor=max_factor) if factor == "auto" else factor,
+                      device=device, window=window, seed=seed)
+    text = (f"DeviceEcho(DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
+            f"drop_last=True, num_workers={num_workers}), augment=BatchCropFlip(pad={pad}), "
+            f"factor={factor}, device={device!r}, window={window})")
+    return Arm(echo, num_samples, text)
 
 
 def _with_stream(dataset: EchoDataset, stream: Map[Any]) -> str:

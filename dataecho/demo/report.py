@@ -72,14 +72,17 @@ def summarize(runs: list[RunResult], ratio: float) -> list[dict[str, Any]]:
 def predicted_speedup(run: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
     """The model's speedup (:mod:`dataecho.profiler.model`) for a run's record.
 
-    What the profiler would predict before the run: from the baseline's measured step,
-    read and augmentation times per batch (``step_s``, ``read_s``, ``augment_s`` of
-    :meth:`RunResult.as_dict`), at the run's realised factor, times the steps to target
-    of the baseline over the run's; None where one of them was not measured.
+    The model with the loader's read and augmentation times per batch measured in the
+    baseline (``read_s``, ``augment_s`` of :meth:`RunResult.as_dict`: the loader's cost
+    when no echo hides it), the run's own step (``step_s``: the step as it ran, a
+    ``"device"`` run's augmentation included; the baseline's where the run has none),
+    at the run's realised factor, times the steps to target of the baseline over the
+    run's; None where one of them was not measured. Copies of a ``"device"`` run, like
+    batches and identical copies, skip the loader's augmentation.
 
     Example:
         >>> base = {"step_s": 0.1, "read_s": 0.3, "augment_s": 0.05, "steps_to_target": 100}
-        >>> run = {"steps_to_target": 120, "realised_factor": 4.0,
+        >>> run = {"steps_to_target": 120, "realised_factor": 4.0, "step_s": 0.1,
         ...        "variant": "before_augmentation"}
         >>> round(predicted_speedup(run, base), 2)
         2.33
@@ -90,12 +93,15 @@ def predicted_speedup(run: Mapping[str, Any], base: Mapping[str, Any]) -> float 
     factor = run.get("realised_factor")
     if not (base["step_s"] > 0 and factor is not None and math.isfinite(factor)):
         return None
-    costs = Costs(step_s=base["step_s"], read_s=base["read_s"], augment_s=base["augment_s"])
+    step = run.get("step_s")
+    step = step if isinstance(step, float) and math.isfinite(step) and step > 0 else base["step_s"]
+    loader = Costs(step_s=base["step_s"], read_s=base["read_s"], augment_s=base["augment_s"])
+    costs = Costs(step_s=step, read_s=base["read_s"], augment_s=base["augment_s"])
     # Batches, like identical copies, skip the augmentation.
     variant: Variant = ("before_augmentation" if run.get("variant") == "before_augmentation"
                         else "after_augmentation")
     steps_ratio = base["steps_to_target"] / run["steps_to_target"]
-    return costs.speedup(variant, max(factor, 1.0), steps_ratio)
+    return loader.batch_s(None, 1) / costs.batch_s(variant, max(factor, 1.0)) * steps_ratio
 
 
 def table(rows: list[dict[str, Any]], target: float) -> str:
