@@ -979,3 +979,35 @@ def test_sides_time_the_read_and_the_augmentation_in_every_worker(num_workers, m
     sides = ds.sides()  # a sleep overshoots by a little, never undershoots
     assert (sides.reads, sides.augments) == (124, 248)
     assert 0.003 <= sides.read_s <= 0.004 and 0.001 <= sides.augment_s <= 0.0015
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """A stream of 64 ids that splits itself between DataLoader workers."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(start, 64, step))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["map", "stream"])
+def test_counts_lead_by_at_most_the_prefetched_batches_and_are_exact_after_a_pass(kind,
+                                                                                  workers):
+    # The one meaning of the counts (docs/guides/counts.md): exact after a full pass;
+    # mid-pass ahead of what the loop took by at most prefetch_factor x workers x batch.
+    read = Streamed(split="stream") if kind == "stream" else None
+    data = list(range(64)) if kind == "map" else _Stream()
+    ds = EchoDataset(data, factor=2, buffer_size=8, seed=0, read=read)
+    prefetch, batch = 2, 4
+    loader = DataLoader(ds, batch_size=batch, num_workers=workers,
+                        prefetch_factor=prefetch if workers else None)
+    it, taken = iter(loader), 0
+    for _ in range(10):
+        taken += len(next(it))
+        time.sleep(0.05)  # let the workers fill their prefetch
+        emitted = ds.stats().emitted_examples
+        assert taken <= emitted <= taken + prefetch * workers * batch
+    taken += sum(len(b) for b in it)
+    stats = ds.stats()
+    assert (taken, stats.emitted_examples, stats.fresh_examples) == (128, 128, 64)

@@ -241,9 +241,10 @@ def markdown(runs: list[dict[str, Any]], calibrations: list[dict[str, Any]], tit
               "the one before, which removes the evaluation grid's bias (up to 100 steps). "
               "Bound: "
               "min(measured R, realised factor). Predicted: the model's speedup "
-              "(dataecho.profiler.model) from the run's own step, read and augmentation "
-              "times and its steps to target over the baseline's; efficiency: speedup over "
-              "predicted. Fresh ratio: fresh examples to target over the baseline's."]
+              "(dataecho.profiler.model) from the baseline's read and augmentation times "
+              "per batch, the run's own step and realised factor, and the baseline's steps "
+              "to target over the run's; efficiency: speedup over predicted. Fresh ratio: "
+              "fresh examples to target over the baseline's."]
     return "\n".join(lines) + "\n"
 
 

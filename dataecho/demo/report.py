@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # the report itself needs no torch: benchmarks/wallclock.py -
 
 
 PREDICTED_NOTE = (
-    "predicted: the model (dataecho.profiler.model) from the baseline's step, read and "
-    "augmentation times at the\nrun's realised e, times the steps to target of the "
-    "baseline over the run's; efficiency: speedup / predicted.")
+    "predicted: the model (dataecho.profiler.model) from the baseline's read and "
+    "augmentation times and the run's\nown step at its realised e, times the steps to "
+    "target of the baseline over the run's; efficiency: speedup / predicted.")
 
 
 def measured_ratio(baseline: RunResult) -> float:
@@ -100,7 +100,7 @@ def predicted_speedup(run: Mapping[str, Any], base: Mapping[str, Any]) -> float 
     # Batches, like identical copies, skip the augmentation.
     variant: Variant = ("before_augmentation" if run.get("variant") == "before_augmentation"
                         else "after_augmentation")
-    steps_ratio = base["steps_to_target"] / run["steps_to_target"]
+    steps_ratio = float(base["steps_to_target"]) / float(run["steps_to_target"])
     return loader.batch_s(None, 1) / costs.batch_s(variant, max(factor, 1.0)) * steps_ratio
 
 

@@ -17,7 +17,7 @@ import sys
 
 from .._checks import check_positive_int
 from ..factor import AUGMENTED_MAX_FACTOR, DEFAULT_MAX_FACTOR
-from .model import Costs
+from .model import Costs, on_step
 from .prediction import advised_prediction, explain
 
 
@@ -34,15 +34,7 @@ def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
         (2.5, 4.0, 1.0, 1.13)
     """
     max_factor = check_positive_int(max_factor, "max_factor")
-    if math.isnan(ratio):
-        return 1.0
-    # + 1e-9: a ratio of two sums of times (0.4 s / 0.1 s is 3.9999...) or 1.15 * 100
-    # (114.999...) lands a hair under the step it is equal to.
-    if ratio >= 1.25:
-        e = math.floor(min(ratio, max_factor) * 4 + 1e-9) / 4
-    else:
-        e = math.floor(ratio * 100 + 1e-9) / 100
-    return max(1.0, min(float(max_factor), e))
+    return min(float(max_factor), on_step(min(ratio, max_factor)))
 
 
 def advised_factor(ratio: float, spread: tuple[float, float] | None = None,

@@ -125,9 +125,9 @@ def predict(costs: Costs, max_factor: int | None = None,
             steps_ratio: float = 1.0) -> Prediction:
     """The variant and factor with the largest predicted gain (None: don't echo).
 
-    The factor is the largest free one on a quarter step, capped at ``max_factor``
-    (default: 8 uses of an example for copies augmented anew, 4 for identical ones, as
-    ``dataecho.Auto``); past it steps are no faster, only less fresh. Echoing before
+    The factor is the largest free one on the advice's steps (:func:`on_step`), capped
+    at ``max_factor`` (default: 8 uses of an example for copies augmented anew, 4 for
+    identical ones, as ``dataecho.Auto``); past it steps are no faster, only less fresh. Echoing before
     augmentation (copies augmented anew, the paper's best: it needs the fewest fresh
     examples) is chosen unless identical copies would gain over 5% more, as they do when
     the augmentation alone takes most of the step.
@@ -145,7 +145,7 @@ def predict(costs: Costs, max_factor: int | None = None,
     variants: tuple[Variant, ...] = ("before_augmentation", "after_augmentation")
     for variant in variants:
         most = cap(variant, max_factor)
-        factor = max(1.0, math.floor(min(costs.free_factor(variant), most) * 4 + 1e-9) / 4)
+        factor = on_step(min(costs.free_factor(variant), most))
         options.append(Prediction(variant, factor, costs.speedup(variant, factor, steps_ratio),
                                   augment_bound))
     before, after = options
@@ -153,6 +153,24 @@ def predict(costs: Costs, max_factor: int | None = None,
     if not costs.input_bound or best.factor == 1.0:
         return Prediction(None, 1.0, 1.0, augment_bound)
     return best
+
+
+def on_step(factor: float) -> float:
+    """The largest factor the profiler advises at most ``factor``: quarter steps (1.25,
+    1.5, ...) from 1.25 up; below it the largest hundredth step, so a job only slightly
+    input-bound still gets a factor above 1; at least 1.0 (and 1.0 for NaN).
+
+    Example:
+        >>> on_step(2.7), on_step(1.13), on_step(0.5), on_step(4.0)
+        (2.5, 1.13, 1.0, 4.0)
+    """
+    if math.isnan(factor):
+        return 1.0
+    # + 1e-9: a ratio of two sums of times (0.4 s / 0.1 s is 3.9999...) or 1.15 * 100
+    # (114.999...) lands a hair under the step it is equal to.
+    if factor >= 1.25:
+        return math.floor(factor * 4 + 1e-9) / 4
+    return max(1.0, math.floor(factor * 100 + 1e-9) / 100)
 
 
 def cap(variant: Variant, max_factor: int | None = None) -> int:

@@ -21,6 +21,27 @@ from ..variants import echo_stage
 from .inplace import Seen, clone
 
 
+def tell_epoch(loader: Any, epoch: int) -> None:
+    """Passes ``epoch`` to the first of these with a ``set_epoch``: the loader itself
+    (accelerate's prepared loader, which passes it to its seeded sampler and would
+    otherwise reset the sampler to its own count of finished passes), ``loader.sampler``
+    (``DistributedSampler``), ``loader.batch_sampler``, ``loader.batch_sampler.sampler``.
+
+    Example:
+        >>> class Sampler:
+        ...     def set_epoch(self, epoch): self.epoch = epoch
+        >>> class Loader:
+        ...     sampler = Sampler()
+        >>> loader = Loader(); tell_epoch(loader, 3); loader.sampler.epoch
+        3
+    """
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for target in (loader, getattr(loader, "sampler", None), batch_sampler,
+                   getattr(batch_sampler, "sampler", None)):
+        if callable(getattr(target, "set_epoch", None)):
+            target.set_epoch(epoch)  # type: ignore[union-attr]
+            return
+
 class EchoBatches:
     """Yields every batch of ``loader`` ``factor`` times, epoch after epoch.
 
@@ -132,12 +153,7 @@ class EchoBatches:
             ValueError: ``epoch`` is negative.
         """
         self._loop.set_epoch(epoch)
-        batch_sampler = getattr(self.loader, "batch_sampler", None)
-        for target in (self.loader, getattr(self.loader, "sampler", None), batch_sampler,
-                       getattr(batch_sampler, "sampler", None)):
-            if callable(getattr(target, "set_epoch", None)):
-                target.set_epoch(self.epoch)  # type: ignore[union-attr]
-                break
+        tell_epoch(self.loader, self.epoch)
 
     @property
     def dataset(self) -> Any:

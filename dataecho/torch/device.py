@@ -15,6 +15,7 @@ from ..loop import Epochs
 from ..readers import as_stage
 from ..stage import Stage, State
 from ..stats import EchoStats
+from .batches import tell_epoch
 from .ordering import ordering_for
 from .ring import Shared
 from .ringpass import RingPass
@@ -178,26 +179,6 @@ class DeviceEcho:
         return (f"DeviceEcho(<{type(self.loader).__name__}>, factor={self.factor!r}, "
                 f"device={str(self.device)!r}, window={self.window}, seed={self.seed}, "
                 f"mode={self.mode!r}{bound})")
-
-
-def tell_epoch(loader: Any, epoch: int) -> None:
-    """Passes ``epoch`` to the first of the loader's sampler, batch sampler, its sampler
-    and the loader itself that has ``set_epoch`` (``DistributedSampler`` has).
-
-    Example:
-        >>> class Sampler:
-        ...     def set_epoch(self, epoch): self.epoch = epoch
-        >>> class Loader:
-        ...     sampler = Sampler()
-        >>> loader = Loader(); tell_epoch(loader, 3); loader.sampler.epoch
-        3
-    """
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for target in (getattr(loader, "sampler", None), batch_sampler,
-                   getattr(batch_sampler, "sampler", None), loader):
-        if callable(getattr(target, "set_epoch", None)):
-            target.set_epoch(epoch)  # type: ignore[union-attr]
-            return
 
 
 def _make_pass(loader: Iterable[Any], shared: Shared, epoch: int) -> Stage[Any]:
