@@ -13,6 +13,10 @@ from .stage import Stage, State, read_into
 
 T = TypeVar("T")
 
+#: Items of the next window read at a time while a window goes out: the reads keep
+#: pace with the items leaving, a chunk at a time, which costs one test per item.
+CHUNK = 128
+
 #: The most items a default window (:func:`window_of`) holds: 65,536 items are ten
 #: batches of 256 at factor 25, yet take seconds to read and at most a few GB of images.
 MAX_WINDOW = 2**16
@@ -29,8 +33,8 @@ class Shuffle(Stage[T]):
     Unlike a sliding buffer, a window can be rebuilt from the upstream state at its
     start, so the checkpoint holds that state plus the position in the window, never
     the elements (restoring re-reads the window). The order of window ``w`` is a
-    function of ``(seed, w)``. While a window goes out, the next one is read, one item
-    for each item yielded: the upstream is read at the pace items leave, not a whole
+    function of ``(seed, w)``. While a window goes out, the next one is read, :data:`CHUNK`
+    items whenever as many have left: the upstream is read at the pace items leave, not a whole
     window at once after every ``buffer_size`` items (a reader that waits for a network
     would idle the link during the drain and then stall the trainer for the refill).
     Memory: ``buffer_size`` items (what is left of one window and what is read of the
@@ -69,23 +73,37 @@ class Shuffle(Stage[T]):
         self._ended = False  # the upstream ended while it was read
         self._skip = 0  # items of the next window a restore already emitted
         self._owed = 0  # items of the next window a restore still has to read
+        self._due = 0  # the position in _buf at which the next chunk of it is read
+        self._stop = 0  # the position at which a call has more to do: min(len(_buf), _due)
         self._probe: Callable[[], tuple[int, bool]] | None = None  # upstream's copies_of()
         self._read: list[tuple[int, bool]] = []  # its answers for _items, in read order
         self._copies: list[tuple[int, bool]] = []  # this stage's answers for _buf
 
     def __next__(self) -> T:
-        if self._pos >= len(self._buf):
-            self._fill()
-        elif self._items is not None and not self._ended:
-            # One item of the next window in for each one out (and what a restore that
-            # an upstream error cut short still owes).
-            want = min(self.buffer_size, max(len(self._items) + 1, self._owed))
-            self._read_up_to(self._items, want)
-            self._owed = 0
-        item = self._buf[self._pos]
-        self._buf[self._pos] = None  # drop our reference early: items can be large
-        self._pos += 1
+        pos = self._pos
+        if pos >= self._stop:  # one test per item: the window is done or a chunk is due
+            if pos >= len(self._buf):
+                self._fill()
+                pos = self._pos
+            else:
+                self._read_ahead()
+            self._stop = min(len(self._buf), self._due)
+        buf = self._buf
+        item = buf[pos]
+        buf[pos] = None  # drop our reference early: items can be large
+        self._pos = pos + 1
         return item  # type: ignore[no-any-return]
+
+    def _read_ahead(self) -> None:
+        """Reads the next chunk of the next window (and what a restore that an upstream
+        error cut short still owes), then says when the next chunk is due."""
+        items = self._items
+        if items is not None and not self._ended:
+            want = min(self.buffer_size, max(len(items) + CHUNK, self._owed))
+            self._read_up_to(items, want)
+            self._owed = 0
+        full = items is None or self._ended or len(items) >= self.buffer_size
+        self._due = len(self._buf) if full else len(items)  # type: ignore[arg-type]
 
     def _begin(self) -> list[Any]:
         """Starts reading the next window where the upstream stands; returns its list."""
@@ -118,6 +136,7 @@ class Shuffle(Stage[T]):
         self._pos, self._skip = self._skip, 0
         self._window, self._start, self._next = self._next, self._next_start, self._next + 1
         self._begin()  # the upstream stands at the next window's start
+        self._due = self._pos + 1  # the first chunk with the next item out
 
     def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]],
                      size: int) -> list[Any]:
@@ -182,6 +201,7 @@ class Shuffle(Stage[T]):
             state, "ahead", "Shuffle", maximum=self.buffer_size,
             rule=f"items of the next window read, at most buffer_size={self.buffer_size}")
         self.upstream.load_state_dict(upstream)
+        self._due = self._stop = 0  # a restore cut short by an error: read at the next call
         self._buf, self._pos, self._window, self._next = [], 0, window, window
         self._items, self._skip, self._read, self._owed = None, skip, [], ahead
         if self._skip:
@@ -189,8 +209,10 @@ class Shuffle(Stage[T]):
             # upstream raises meanwhile, the next calls finish the read, the skip and
             # the read-ahead.
             self._fill()
-        self._read_up_to(self._begin() if self._items is None else self._items, ahead)
-        self._owed = 0
+        items = self._begin() if self._items is None else self._items
+        self._read_up_to(items, ahead)
+        self._owed, self._due = 0, max(len(items), self._pos + 1)
+        self._stop = min(len(self._buf), self._due)
 
 
 def first_out(copies: list[tuple[int, bool]]) -> list[tuple[int, bool]]:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dataecho import Batch, Echo, Shuffle, Source, pipeline
-from dataecho.shuffle import MAX_WINDOW, window_of
+from dataecho.shuffle import CHUNK, MAX_WINDOW, window_of
 from helpers.checkpoint import Flaky, assert_restores_everywhere, drain_retrying
 
 
@@ -67,14 +67,16 @@ def test_upstream_error_mid_window_keeps_the_items_read_and_resumes_the_window()
 
 
 def test_checkpoint_after_an_upstream_error_rereads_the_windows_it_holds():
-    # Item 6 belongs to window 1, read while window 0 goes out: the error comes after
-    # three of window 0's items, and the state rebuilds window 0 and skips them.
+    # Item 6 belongs to window 1, read (a chunk at a time) while window 0 goes out: the
+    # error comes after one of window 0's items, with items 4 and 5 read ahead; the
+    # state rebuilds window 0, skips that item and reads the two again.
     reference = list(Shuffle(range(10), 4, seed=5))
     _, state = drain_retrying(Shuffle(Flaky(10, fail_at=6), 4, seed=5))
-    assert state["upstream"]["consumed"] == 0 and (state["window"], state["skip"]) == (0, 3)
+    assert state["upstream"]["consumed"] == 0
+    assert (state["window"], state["skip"], state["ahead"]) == (0, 1, 2)
     restored = Shuffle(list(range(10)), 4, seed=5)
     restored.load_state_dict(state)
-    assert list(restored) == reference[3:]
+    assert list(restored) == reference[1:]
 
 
 class Counting:
@@ -89,10 +91,10 @@ class Counting:
             yield i
 
 
-def test_the_next_window_is_read_one_item_per_item_out_not_all_at_once():
+def test_the_next_window_is_read_a_chunk_at_a_time_as_items_leave_not_all_at_once():
     # A windowed shuffle that refilled at once would read 100 items while handing out
     # none, every 100 items: a stream's link would idle during the drain and the
-    # trainer wait for the refill.
+    # trainer wait for the refill. It reads CHUNK items whenever CHUNK have left.
     upstream = Counting(1000)
     stage = Shuffle(upstream, 100, seed=0)
     out = []
@@ -102,7 +104,9 @@ def test_the_next_window_is_read_one_item_per_item_out_not_all_at_once():
     assert sorted(out) == list(range(1000))
     assert out == list(Shuffle(range(1000), 100, seed=0))
     ahead = [read - handed for read, handed in enumerate(upstream.at)]
-    assert ahead[:100] == list(range(100)) and set(ahead[100:]) == {99}  # a window ahead
+    assert ahead[:100] == list(range(100))  # the first window, before anything leaves
+    assert min(ahead[100:]) >= 99 and max(ahead[100:]) < 100 + CHUNK  # then a window ahead
+    assert max(collections.Counter(upstream.at[100:]).values()) <= CHUNK
 
 
 def test_upstream_error_while_restoring_mid_window_still_skips_what_was_emitted():

@@ -127,10 +127,10 @@ def predict(costs: Costs, max_factor: int | None = None,
 
     The factor is the largest free one on the advice's steps (:func:`on_step`), capped
     at ``max_factor`` (default: 8 uses of an example for copies augmented anew, 4 for
-    identical ones, as ``dataecho.Auto``); past it steps are no faster, only less fresh. Echoing before
-    augmentation (copies augmented anew, the paper's best: it needs the fewest fresh
-    examples) is chosen unless identical copies would gain over 5% more, as they do when
-    the augmentation alone takes most of the step.
+    identical ones, as ``dataecho.Auto``); past it steps are no faster, only less fresh.
+    Echoing before augmentation (copies augmented anew, the paper's best: it needs the
+    fewest fresh examples) is chosen unless identical copies would gain over 5% more, as
+    they do when the augmentation alone takes most of the step.
 
     Example:
         >>> predict(Costs(step_s=0.01, read_s=0.04, augment_s=0.005))
