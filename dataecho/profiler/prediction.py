@@ -29,8 +29,8 @@ def advised_prediction(costs: Costs, max_factor: int | None = None,
 
     Example:
         >>> costs = Costs(step_s=0.010, read_s=0.011, augment_s=0.0)
-        >>> advised_prediction(costs).variant, advised_prediction(costs, steps=(0.006, 0.012))
-        (None, None)
+        >>> advised_prediction(costs).factor, advised_prediction(costs, steps=(0.006, 0.012))
+        (1.1, None)
         >>> advised_prediction(Costs(0.010, 0.040, 0.005), steps=(0.009, 0.011)).factor
         8.0
     """
