@@ -13,8 +13,9 @@ from .stage import Stage, State, read_into
 
 T = TypeVar("T")
 
-#: Items of the next window read at a time while a window goes out: the reads keep
-#: pace with the items leaving, a chunk at a time, which costs one test per item.
+#: The most items of the next window read at a time while a window goes out (a
+#: quarter of the window if less): the reads follow the items leaving, a chunk at a
+#: time, which costs one test per item, and never hold more than a window.
 CHUNK = 128
 
 #: The most items a default window (:func:`window_of`) holds: 65,536 items are ten
@@ -33,8 +34,8 @@ class Shuffle(Stage[T]):
     Unlike a sliding buffer, a window can be rebuilt from the upstream state at its
     start, so the checkpoint holds that state plus the position in the window, never
     the elements (restoring re-reads the window). The order of window ``w`` is a
-    function of ``(seed, w)``. While a window goes out, the next one is read, :data:`CHUNK`
-    items whenever as many have left: the upstream is read at the pace items leave, not a whole
+    function of ``(seed, w)``. While a window goes out, the next one is read as its items
+    leave, a chunk (:data:`CHUNK`) at a time: the upstream is read at that pace, not a whole
     window at once after every ``buffer_size`` items (a reader that waits for a network
     would idle the link during the drain and then stall the trainer for the refill).
     Memory: ``buffer_size`` items (what is left of one window and what is read of the
@@ -86,7 +87,7 @@ class Shuffle(Stage[T]):
                 self._fill()
                 pos = self._pos
             else:
-                self._read_ahead()
+                self._read_ahead(pos)
             self._stop = min(len(self._buf), self._due)
         buf = self._buf
         item = buf[pos]
@@ -94,16 +95,20 @@ class Shuffle(Stage[T]):
         self._pos = pos + 1
         return item  # type: ignore[no-any-return]
 
-    def _read_ahead(self) -> None:
-        """Reads the next chunk of the next window (and what a restore that an upstream
-        error cut short still owes), then says when the next chunk is due."""
+    def _read_ahead(self, pos: int) -> None:
+        """Reads the next window up to as many items as have left this one (and what a
+        restore that an upstream error cut short still owes); says when to read next."""
         items = self._items
         if items is not None and not self._ended:
-            want = min(self.buffer_size, max(len(items) + CHUNK, self._owed))
-            self._read_up_to(items, want)
+            self._read_up_to(items, min(self.buffer_size, max(pos, self._owed)))
             self._owed = 0
-        full = items is None or self._ended or len(items) >= self.buffer_size
-        self._due = len(self._buf) if full else len(items)  # type: ignore[arg-type]
+        self._due_after(items)
+
+    def _due_after(self, items: list[Any] | None) -> None:
+        if items is None or self._ended:
+            self._due = len(self._buf)
+        else:  # a chunk behind the items leaving: held items stay within a window
+            self._due = len(items) + max(1, min(CHUNK, self.buffer_size // 4))
 
     def _begin(self) -> list[Any]:
         """Starts reading the next window where the upstream stands; returns its list."""
@@ -135,8 +140,7 @@ class Shuffle(Stage[T]):
         self._buf[:self._skip] = [None] * self._skip
         self._pos, self._skip = self._skip, 0
         self._window, self._start, self._next = self._next, self._next_start, self._next + 1
-        self._begin()  # the upstream stands at the next window's start
-        self._due = self._pos + 1  # the first chunk with the next item out
+        self._due_after(self._begin())  # the upstream stands at the next window's start
 
     def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]],
                      size: int) -> list[Any]:
@@ -211,7 +215,8 @@ class Shuffle(Stage[T]):
             self._fill()
         items = self._begin() if self._items is None else self._items
         self._read_up_to(items, ahead)
-        self._owed, self._due = 0, max(len(items), self._pos + 1)
+        self._owed = 0
+        self._due_after(items)
         self._stop = min(len(self._buf), self._due)
 
 

@@ -231,3 +231,18 @@ def test_auto_carries_the_adaptive_parameters():
     assert EchoNode(IterableWrapper([1]), "auto").factor == Auto()
     assert Auto().cap(augmented=False) == 4  # a node's copies are identical items
     assert EchoNode(IterableWrapper([1]), Auto(max_factor=3)).factor.max_factor == 3
+
+
+def test_counts_lead_by_at_most_the_window_mid_pass_and_are_exact_after_it():
+    # docs/guides/counts.md: an EchoNode's counts lead what the loop took by at most its
+    # buffer_size window (read a chunk at a time as items leave), never lag.
+    node = EchoNode(IterableWrapper(range(300)), 2, buffer_size=40, seed=1)
+    it, taken = iter(Loader(node)), 0
+    for _ in range(450):
+        next(it)
+        taken += 1
+        emitted = node.stats().emitted_examples
+        assert taken <= emitted <= taken + 40
+    taken += sum(1 for _ in it)
+    stats = node.stats()
+    assert (taken, stats.emitted_examples, stats.fresh_examples) == (600, 600, 300)
