@@ -15,7 +15,8 @@ import sys
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from trainer_job import StopAt  # run as a script: this folder is on the path
+from transformers import Trainer, TrainingArguments
 
 from dataecho.torch import EchoBatches
 from dataecho.torch.hf import ExactResume
@@ -45,17 +46,6 @@ class Echoing(Trainer):
     def get_train_dataloader(self):
         self.echoed = EchoBatches(super().get_train_dataloader(), factor=FACTOR)
         return self.echoed
-
-
-class StopAt(TrainerCallback):
-    """Stops the run after ``step`` steps: the job is interrupted there."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
 
 
 def train(out, workers=0, accumulation=1, stop=None, resume=None, echo=True):
