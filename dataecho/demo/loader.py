@@ -98,10 +98,9 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     on, so every step has ``batch_size`` examples; the trainer counts fresh examples
     from what it trained on, so the count stays exact.
 
-    With a fixed example-level factor each worker may run a whole shuffle window
-    ahead: the window emits in bursts (it reads a window, then yields it), and a queue
-    of two batches would turn every refill into a stall of the trainer even when the
-    worker keeps up on average.
+    With a fixed example-level factor each worker may run a whole shuffle window of
+    batches ahead: an epoch's first window is read whole before its first item leaves,
+    and a deep queue lets the worker build the lead that covers it.
 
     Args:
         url: base URL of the served shards (``ShardServer.url``).
@@ -137,11 +136,8 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     shards = read_shards(url)
     stream = Map(TarShards(shards.urls, seed=seed, digests=shards.digests, prefetch=prefetch),
                  PaddedDecode(pad))
-    if variant == "device" and factor != 1.0:
-        return _device_arm(stream, shards.num_samples, factor, batch_size=batch_size,
-                           buffer_size=buffer_size, seed=seed, pad=pad,
-                           num_workers=num_workers, max_factor=max_factor, device=device)
-    examples = variant != "batch" and factor != 1.0  # echoed in the workers
+    examples = variant not in ("batch", "device") and factor != 1.0  # echoed in workers
+    on_device = variant == "device" and factor != 1.0  # augmented after the echo there
     in_workers: float | Auto = 1.0
     window: int | None = buffer_size
     if examples and factor == "auto":  # Auto's buffer spreads its copies, not a window
@@ -149,7 +145,8 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     elif examples:
         in_workers = float(factor)
         window = window_of(buffer_size, in_workers)  # buffer_size distinct examples
-    dataset = EchoDataset(stream, augment=crop_flip(pad), factor=in_workers,
+    dataset = EchoDataset(stream, augment=None if on_device else crop_flip(pad),
+                          factor=in_workers,
                           echo=variant if examples else "before_augmentation",  # type: ignore[arg-type]
                           buffer_size=window, seed=seed)
     windowed = examples and factor != "auto"
@@ -160,36 +157,22 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
         multiprocessing_context=_START if num_workers else None)
     text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
             f"drop_last=True, num_workers={num_workers})")
+    echo: EchoBatches | DeviceEcho
     if variant == "batch" and factor != 1.0:
         echo = EchoBatches(loader, Auto(max_factor=max_factor,
                                         buffer_size=echo_buffer(buffer_size, batch_size))
                            if factor == "auto" else factor, seed=seed)
-        return Arm(echo, shards.num_samples,
-                   repr(echo).replace(f"<{type(loader).__name__}>", text, 1))
-    return Arm(loader, shards.num_samples, text)
-
-
-def _device_arm(stream: Map[Any], num_samples: int, factor: Factor, *, batch_size: int,
-                buffer_size: int, seed: int, pad: int, num_workers: int,
-                max_factor: int | None, device: str) -> Arm:
-    """The ``"device"`` arm: workers decode, DeviceEcho echoes and augments in the trainer.
-
-    Its ring holds two groups of ``buffer_size`` examples (DeviceEcho mixes copies within
-    a group of ``window // 2`` batches), the examples the workers' window would mix.
-    """
-    # Decoded and shuffled as the baseline's, not augmented: that runs after the echo.
-    dataset = EchoDataset(stream, factor=1.0, buffer_size=buffer_size, seed=seed)
-    loader: DataLoader[Any] = DataLoader(
-        dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
-        persistent_workers=num_workers > 0, multiprocessing_context=_START if num_workers else None)
-    window = 2 * max(1, buffer_size // batch_size)
-    echo = DeviceEcho(loader, augment=BatchCropFlip(pad),
-                      factor=Auto(max_factor=max_factor) if factor == "auto" else factor,
-                      device=device, window=window, seed=seed)
-    text = (f"DeviceEcho(DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
-            f"drop_last=True, num_workers={num_workers}), augment=BatchCropFlip(pad={pad}), "
-            f"factor={factor}, device={device!r}, window={window})")
-    return Arm(echo, num_samples, text)
+    elif on_device:
+        # The ring holds two groups of buffer_size examples: DeviceEcho mixes copies
+        # within a group of window // 2 batches, the examples the workers' window mixes.
+        echo = DeviceEcho(loader, augment=BatchCropFlip(pad),
+                          factor=Auto(max_factor=max_factor) if factor == "auto" else factor,
+                          device=device, window=2 * max(1, buffer_size // batch_size),
+                          seed=seed)
+    else:
+        return Arm(loader, shards.num_samples, text)
+    return Arm(echo, shards.num_samples,
+               repr(echo).replace(f"<{type(loader).__name__}>", text, 1))
 
 
 def _with_stream(dataset: EchoDataset, stream: Map[Any]) -> str:

@@ -12,6 +12,7 @@ import torch
 from .._checks import check_callable, check_positive_int, check_reiterable, check_seed
 from ..factor import Auto, as_factor, most_copies
 from ..loop import Epochs
+from ..map import fn_name
 from ..readers import as_stage
 from ..stage import Stage, State
 from ..stats import EchoStats
@@ -176,7 +177,8 @@ class DeviceEcho:
 
     def __repr__(self) -> str:
         bound = "" if self.max_bytes is None else f", max_bytes={self.max_bytes}"
-        return (f"DeviceEcho(<{type(self.loader).__name__}>, factor={self.factor!r}, "
+        shown = "" if self.augment is None else f"augment={fn_name(self.augment)}, "
+        return (f"DeviceEcho(<{type(self.loader).__name__}>, {shown}factor={self.factor!r}, "
                 f"device={str(self.device)!r}, window={self.window}, seed={self.seed}, "
                 f"mode={self.mode!r}{bound})")
 
