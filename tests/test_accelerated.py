@@ -52,6 +52,12 @@ def trainer_runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def sliced_stream_runs(tmp_path_factory):
+    pytest.importorskip("transformers")
+    return _two_phases("sliced_stream_job.py", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
 def stateful_runs(tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("checkpoints")
     first = _one_process("accelerate_state_job.py", tmp_path_factory.mktemp("first"),
@@ -153,6 +159,54 @@ def test_an_echo_dataset_inside_a_wrapper_is_read_whole_under_accelerate(
     assert collections.Counter(i for r in run for i in r["seen"]) == WHOLE
     for r in run:
         assert (r["fresh"], r["emitted"]) == (EPOCHS * N, EPOCHS * N * FACTOR)
+
+
+STREAM = 51  # ids of sliced_stream_job's stream: parts of 26 and 25
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sliced_stream_is_read_once_between_the_processes_in_equal_steps(
+        sliced_stream_runs, workers):
+    # Before: every process read the whole stream each epoch (twice the reading) and
+    # kept its slice. Now each reads its own part; EqualSteps ends both epochs together.
+    runs = [r[f"stream/{workers}"] for r in sliced_stream_runs]
+    for epoch in range(2):
+        done = [run["epochs"][epoch] for run in runs]
+        reads = collections.Counter(i for d in done for i in d["read"])
+        assert reads == {i: 1 for i in range(STREAM)}  # once, between the two
+        assert len(done[0]["trained"]) == len(done[1]["trained"])  # the same steps
+        for d in done:
+            assert set(d["trained"]) <= set(d["read"])  # its own part only
+        trained = collections.Counter(i for d in done for i in d["trained"])
+        if workers == 0:  # parts of 52 and 50 copies: 13 batches each, 2 copies to pad
+            assert min(trained.values()) == FACTOR and trained.total() == 13 * 4 * 2
+        else:  # 14 and 13 batches: process 0's last batch is not trained, and counted
+            assert sum(trained[i] < FACTOR for i in range(STREAM)) <= 4
+    assert [run["dropped"] for run in runs] == [0, 0] if workers == 0 else [2, 0]
+    assert all((run["fresh"], run["emitted"]) == (2 * STREAM, 2 * STREAM * FACTOR)
+               for run in runs)
+
+
+def test_an_adaptive_factor_sliced_is_read_once_between_the_processes(sliced_stream_runs):
+    runs = [r["auto/2"] for r in sliced_stream_runs]
+    for epoch in range(2):
+        done = [run["epochs"][epoch] for run in runs]
+        assert collections.Counter(i for d in done for i in d["read"]) == {
+            i: 1 for i in range(48)}
+        assert len(done[0]["trained"]) == len(done[1]["trained"])
+    assert all(run["fresh"] == 2 * 48 for run in runs)
+
+
+def test_the_hf_trainer_reads_a_sliced_stream_once_and_resumes_it_exactly(
+        sliced_stream_runs):
+    # EqualSteps returned by get_train_dataloader, two batches an optimizer step, stopped
+    # mid second epoch and resumed in new processes with ExactResume.
+    for r in sliced_stream_runs:
+        full = r["trainer/full"]
+        assert r["trainer/stopped"]["seen"] + r["trainer/resumed"]["seen"] == full["seen"]
+        # its own part: readers 2 * rank and 2 * rank + 1 of 4 (2 workers a process)
+        assert set(full["read"]) == {i for i in range(STREAM) if i % 4 // 2 == r["rank"]}
+    assert len({len(r["trainer/full"]["seen"]) for r in sliced_stream_runs}) == 1
 
 
 def test_a_dataset_is_found_inside_wrappers_but_not_inside_large_data():

@@ -63,6 +63,38 @@ def test_each_process_keeps_exactly_its_own_items_in_order_and_no_placeholder(
             assert k == (own * len(k))[:len(k)] and runs == -(-max(sizes) // per)
 
 
+@pytest.mark.parametrize("sizes", [[8, 8], [9, 7], [3, 10], [1, 5], [0, 4], [12, 12, 11]])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_part_of_unknown_size_fills_its_own_runs_and_no_placeholder_is_kept(
+        sizes, drop_last):
+    # A stream or an adaptive factor: each process's part fills as many runs as it has
+    # items (the loop's EqualSteps ends the processes' epochs together).
+    processes, batch = len(sizes), 2
+
+    def stream_of(p, slots):
+        return slots.fill(iter([(p, i) for i in range(sizes[p])]), 0)
+
+    kept = _kept(lambda p: Slots(p, processes, batch, drop_last), stream_of, processes,
+                 batch_size=batch, drop_last=drop_last)
+    for p, k in enumerate(kept):
+        own = [(p, i) for i in range(sizes[p])]
+        assert PLACEHOLDER not in k
+        if drop_last:  # its whole runs, in order; an incomplete last one dropped
+            assert k == own[:sizes[p] // batch * batch]
+        else:  # all of it, the last run completed with that run's own items again
+            assert k[:len(own)] == own and len(k) == -(-sizes[p] // batch) * batch
+            assert set(k[len(own):]) <= set(own[len(own) // batch * batch:])
+
+
+def test_a_resumed_part_of_unknown_size_goes_on_at_the_item_it_stopped_at():
+    slots = Slots(1, 2, 3, drop_last=False)
+    whole = list(slots.fill(iter(range(10)), 0))
+    assert whole[-6:] == [PLACEHOLDER] * 3 + [9, 9, 9]  # the last run: one item, completed
+    for done in range(0, 10, 3):  # at a run's edge, where a loader's checkpoint stands
+        assert list(slots.fill(iter(range(done, 10)), done)) == whole[done // 3 * 6:]
+    assert list(slots.fill(iter(()), 10)) == []  # resumed at the part's end
+
+
 def test_a_resumed_stream_goes_on_at_the_item_it_stopped_at():
     slots = Slots(1, 2, 3, drop_last=False)
     whole = list(slots.place(iter(range(12)), 0, 4, lambda: iter(range(12))))
@@ -126,3 +158,46 @@ def test_two_sliced_processes_train_every_example_factor_times_reading_it_once(
     if factor == 2 and size == 48:
         assert trained == {i: 2 for i in range(size)} and reads == {i: 1 for i in range(size)}
     assert set(reads.values()) <= {1, 2}  # read once; twice only to complete a part
+
+
+@pytest.mark.parametrize("factor", [2, "auto"])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_two_sliced_processes_read_a_stream_once_between_them(monkeypatch, factor, drop_last):
+    # A stream that splits itself by process (as WebDataset's split_by_node does) into
+    # parts of 13 and 12 ids: each process's EchoDataset reads its own part only, and
+    # accelerate's shard keeps exactly that part's copies (EqualSteps in the training
+    # loop ends the processes' epochs together).
+    import torch
+
+    from dataecho import Auto
+    from dataecho.torch import Streamed
+
+    reads, size, batch = collections.Counter(), 25, 4
+
+    class Split(torch.utils.data.IterableDataset):
+        def __init__(self, process):
+            self.process = process
+
+        def __iter__(self):
+            for i in range(self.process, size, 2):
+                reads[i] += 1
+                yield i
+
+    for p in range(2):
+        slots = Slots(p, 2, batch, drop_last)
+        monkeypatch.setattr(accelerated, "reads_as", lambda *a, slots=slots: accelerated.Reading(
+            (slots.process, slots.processes), True, slots))
+        ds = EchoDataset(Split(p), factor=Auto(max_factor=2) if factor == "auto" else factor,
+                         seed=0, read=Streamed(split="stream"))
+        kept = list(IterableDatasetShard(ds, batch_size=batch, drop_last=drop_last,
+                                         num_processes=2, process_index=p))
+        own = set(range(p, size, 2))
+        stats = ds.stats()
+        assert set(kept) <= own and stats.fresh_examples == len(own)
+        if factor == 2:
+            handed = collections.Counter(kept[:stats.emitted_examples])
+            if not drop_last:
+                assert handed == {i: 2 for i in own} and len(kept) % batch == 0
+            else:
+                assert len(kept) == stats.emitted_examples // batch * batch
+    assert reads == {i: 1 for i in range(size)}  # the processes read it once between them

@@ -104,15 +104,14 @@ class Reading(NamedTuple):
 
 
 def reads_as(dataset: object, rank: int | None, world_size: int | None, process: int | None,
-             seen: SeenSplit, placeable: bool = False) -> Reading:
+             seen: SeenSplit) -> Reading:
     """The part ``dataset`` reads (None: nothing), whether that is final, and its slots.
 
     Under a loader that accelerate prepared: dispatched, the whole epoch (rank 0 of 1)
     on process 0 alone (the other processes' iterations, which accelerate starts but
-    never reads, read nothing); sliced, with ``placeable`` (the sizes of every
-    process's part are known without reading) and the shard holding ``dataset``
-    itself, process ``p``'s part (rank ``p`` of ``num_processes``) in the slots the
-    shard keeps; sliced otherwise, the whole epoch on every process. Elsewhere
+    never reads, read nothing); sliced, with the shard holding ``dataset`` itself,
+    process ``p``'s part (rank ``p`` of ``num_processes``) in the slots the shard
+    keeps; sliced inside a wrapper of the user's, the whole epoch on every process. Elsewhere
     ``(rank, world_size)`` as given. The split seen is recorded in ``seen``, for every
     copy of the data set. Not final while accelerate is set up but has recorded no
     loader of ``dataset``: its prepare takes a stateful loader's state, which begins an
@@ -124,7 +123,6 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
             ``torch.distributed``).
         process: this process's rank, or None outside a process group.
         seen: where the split is recorded.
-        placeable: whether the data set can read one process's part into its slots.
 
     Raises:
         ValueError: ``rank``/``world_size`` were given for a data set accelerate splits.
@@ -145,7 +143,7 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
             f"accelerate prepared, which splits the data itself ({how}), so each rank "
             "would train on a part of its own part; drop rank and world_size "
             "(EchoDataset then reads what accelerate has it read)")
-    slots = Slots.of(shard) if placeable and shard is not None else None
+    slots = Slots.of(shard) if shard is not None else None
     seen.record("placed" if slots is not None else split)
     if slots is not None:
         return Reading((slots.process, slots.processes), True, slots)

@@ -101,7 +101,7 @@ class EchoDataset(IterableDataset[Any]):
         #: The arguments, checked: what every epoch's pipeline is built from.
         self.recipe = Recipe.of(dataset, augment, echo, factor, buffer_size, seed, read)
         #: Which part of the data this copy reads (its rank's, or a trainer's split).
-        self.part = Part(rank, world_size, placeable=self.recipe.placeable)
+        self.part = Part(rank, world_size)
         read, stream = self.recipe.read, None
         if isinstance(read, Indexed) and self.part.world_size is not None:
             Source.check_shards(len(dataset), self.part.rank or 0, self.part.world_size,

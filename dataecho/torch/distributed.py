@@ -27,7 +27,7 @@ group's timeout, as any failure inside a DDP step does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -110,14 +110,24 @@ class RankAgreement:
 class EqualSteps:
     """Yields the loader's batches while every rank still has one; ends all ranks together.
 
-    Adaptive echoing in DataLoader workers (``EchoDataset(..., factor=Auto())``) decides
-    from each worker's own timing, so ranks emit different numbers of batches per epoch
-    and DDP would hang in the all-reduce of a step only some ranks take. Before every
-    batch the ranks all-reduce whether each still has one (one all-reduce of one
-    integer per step, far below a training step); the epoch ends on every rank at the
-    first step some rank cannot take. The longer ranks' last batches of that epoch are
-    not trained: :attr:`dropped` counts the batches this rank had ready and did not
-    yield (the first one only: the rest of the epoch is not read).
+    Wherever ranks' parts of an epoch have sizes known only once read, ranks emit
+    different numbers of batches, and DDP would hang in the all-reduce of a step only
+    some ranks take: adaptive echoing in DataLoader workers (``EchoDataset(...,
+    factor=Auto())``), and streams or adaptive echoing under accelerate's sliced mode,
+    where each process reads its own part. The ranks agree on each batch, one ahead:
+    before yielding a batch they all-reduce whether each has the next one (one
+    all-reduce of one integer per step, far below a training step), so
+    :attr:`end_of_dataloader` is True at the epoch's last step, as in accelerate's
+    loaders. The epoch ends on every rank at the first step some rank cannot take. The
+    longer ranks' last batches of that epoch are not trained: :attr:`dropped` counts
+    those this rank read. A loader whose iteration is a generator (accelerate's
+    prepared loaders) is read to its end, so that its own end-of-epoch code runs
+    (accelerate counts the epoch and releases the loader there); any other iteration
+    is dropped there, and the rest of the epoch is not read.
+
+    ``set_epoch`` is passed to the loader, so the Hugging Face ``Trainer`` can take it
+    from ``get_train_dataloader`` (``EqualSteps(super().get_train_dataloader())``) and
+    tell it each epoch as it tells its own loader.
 
     Args:
         loader: the rank's loader, re-iterable once per epoch.
@@ -129,8 +139,8 @@ class EqualSteps:
         >>> path = os.path.join(tempfile.mkdtemp(), "init")
         >>> dist.init_process_group("gloo", init_method=f"file://{path}", rank=0, world_size=1)
         >>> steps = EqualSteps([1, 2, 3])
-        >>> list(steps), steps.dropped
-        ([1, 2, 3], 0)
+        >>> list(steps), steps.dropped, steps.end_of_dataloader
+        ([1, 2, 3], 0, True)
         >>> dist.destroy_process_group()
     """
 
@@ -139,18 +149,35 @@ class EqualSteps:
         self.loader = check_reiterable(loader, "loader", "iterated once per epoch",
                                        "later epochs would be empty")
         self._agree = RankAgreement(group, device)
+        #: Batches this rank read and did not yield, over all epochs.
         self.dropped = 0
+        #: Whether the batch just yielded is the epoch's last on every rank.
+        self.end_of_dataloader = False
+
+    def set_epoch(self, epoch: int) -> None:
+        """Passes ``epoch`` to the loader's ``set_epoch``, where it has one."""
+        set_epoch = getattr(self.loader, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        self.end_of_dataloader = False
         it = iter(self.loader)
-        while True:
-            batch = next(it, _END)
-            has = 0 if batch is _END else 1
-            # The minimum over ranks of "has a batch": one MAX all-reduce of -has.
-            if self._agree(has, 0, False)[0] == 0:
-                self.dropped += has
-                return
+        batch = next(it, _END)
+        more = self._every_rank_has(batch)
+        while more:
+            following = next(it, _END)
+            more = self._every_rank_has(following)
+            self.end_of_dataloader = not more
             yield batch
+            batch = following
+        self.dropped += batch is not _END
+        if isinstance(it, Generator):  # let its end-of-epoch code run
+            self.dropped += sum(1 for _ in it)
+
+    def _every_rank_has(self, batch: Any) -> bool:
+        # The minimum over ranks of "has a batch": one MAX all-reduce of -has.
+        return self._agree(0 if batch is _END else 1, 0, False)[0] == 1
 
     def __repr__(self) -> str:
         return f"EqualSteps(<{type(self.loader).__name__}>, {self._agree!r})"

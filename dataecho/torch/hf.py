@@ -15,15 +15,12 @@ epoch, past those batches, and the epochs after.
 
 from __future__ import annotations
 
-import reprlib
-from collections.abc import Mapping
 from typing import Any
 
-from .._checks import state_int
 from .._extras import needs
-from ..factor import Auto
 from .batches import EchoBatches
-from .dataset import EchoDataset
+from .distributed import EqualSteps
+from .resumable import FIX, NAME, check_batches, check_loader, resume_batches, saved_state
 
 try:
     from transformers import TrainerCallback
@@ -35,12 +32,6 @@ except ImportError as error:  # pragma: no cover - depends on the installed tran
     raise ImportError(
         "dataecho.torch.hf needs transformers>=4.41 (its Trainer saves callback states "
         "in checkpoints from that version on); pip install -U transformers") from error
-
-_NAME = "ExactResume"
-_KEYS = ("epoch", "batches", "start_step")  # the attributes of its state, all required
-_FIX = ("resume from a checkpoint that a run with callbacks=[ExactResume()] wrote, with "
-        "its trainer_state.json as written")
-
 
 class ExactResume(TrainerCallback, ExportableState):
     """Makes the Hugging Face ``Trainer`` resume an ``EchoDataset`` exactly, any epoch.
@@ -57,6 +48,10 @@ class ExactResume(TrainerCallback, ExportableState):
     ``EchoBatches``' own state (JSON, a few counters), which the resume loads, so the
     batches and the counts of ``stats()`` go on as the uninterrupted run's. The Trainer
     knows the epochs of a loader with ``len()`` and tells it each one (``set_epoch``).
+    And it resumes :class:`dataecho.torch.distributed.EqualSteps` around the Trainer's
+    own loader (``EqualSteps(super().get_train_dataloader())``: a stream read sliced,
+    whose processes' parts may differ in length), which ends the epoch where every
+    process can still take a step.
 
     It counts the batches trained in each epoch of the data set and saves the epoch, the
     count and the global step the epoch began at in every checkpoint
@@ -109,7 +104,8 @@ class ExactResume(TrainerCallback, ExportableState):
         self.batches = 0
         #: The Trainer's global step when that epoch began.
         self.start_step = 0
-        self._loader: Any = None  # the Trainer's prepared train loader
+        self._loader: Any = None  # the Trainer's train loader
+        self._prepared: Any = None  # accelerate's loader in it: skips, and is told epochs
         self._first_pass = True  # no pass of this train() call has begun
         self._ended = False  # the last step took the pass's last batch
         self._skip = 0  # batches the loader skips in this pass (a resume's first)
@@ -133,27 +129,32 @@ class ExactResume(TrainerCallback, ExportableState):
                 "which trains an epoch after the first again; pass ignore_data_skip=True "
                 "and ExactResume resumes the epoch the checkpoint was taken in")
         loader: Any = kwargs.get("train_dataloader")
+        # EqualSteps (streams and Auto, sliced) says where the epoch ends on every rank;
+        # the loader it wraps reads the epoch, past the skip.
+        prepared: Any = loader.loader if isinstance(loader, EqualSteps) else loader
         batched = isinstance(loader, EchoBatches)
         if batched:
-            _check_batches(loader)
+            check_batches(loader)
         else:
-            _check_loader(loader)
+            check_loader(prepared)
         accumulation = args.gradient_accumulation_steps
         # Resumed (global_step > 0): the state is the checkpoint's, which the Trainer
         # loaded whether or not it restores callbacks from it. A new run starts at 0.
-        saved = (_saved(state, accumulation, batched) if state.global_step > 0
+        saved = (saved_state(state, accumulation, batched) if state.global_step > 0
                  else (0, 0, 0, None))
         self.epoch, self.batches, self.start_step, loader_state = saved
-        self._loader, self._first_pass, self._ended = loader, True, False
+        self._loader, self._prepared = loader, prepared
+        self._first_pass, self._ended = True, False
         self._trained = False
         if batched:  # the Trainer numbers a sized loader's epochs itself
             self._skip = 0
             if loader_state is not None:
-                _resume_batches(loader, self, loader_state, state.global_step, accumulation)
+                resume_batches(loader, self.epoch, self.batches, loader_state,
+                               state.global_step, accumulation)
             return
         self._skip = self.batches
-        loader.__dict__["set_epoch"] = _Shifted(loader, self.epoch)
-        loader.skip_batches = self.batches  # re-read, not trained (accelerate's own skip)
+        prepared.__dict__["set_epoch"] = _Shifted(prepared, self.epoch)
+        prepared.skip_batches = self.batches  # re-read, not trained (accelerate's own skip)
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A new pass over the data set: the next epoch, unless it is this run's first."""
@@ -164,7 +165,7 @@ class ExactResume(TrainerCallback, ExportableState):
             self.epoch, self.batches, self.start_step = self.epoch + 1, 0, state.global_step
         self._ended = False
         if not isinstance(self._loader, EchoBatches):
-            self._loader.skip_batches = 0
+            self._prepared.skip_batches = 0
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A batch trained without an optimizer step (gradient accumulation)."""
@@ -189,111 +190,16 @@ class ExactResume(TrainerCallback, ExportableState):
         # state names the next epoch. A pass with nothing left after the skip had fewer.
         if skip and not self._trained:
             raise ValueError(
-                f"state of {_NAME} has batches={skip} (the batches of epoch {self.epoch} "
+                f"state of {NAME} has batches={skip} (the batches of epoch {self.epoch} "
                 f"trained before the checkpoint), but epoch {self.epoch} has no more than "
                 f"{skip} batches: the resume read the whole epoch without a batch to train. "
                 "The checkpoint was taken with another data set, batch size or number of "
-                f"processes, or edited; {_FIX}, with the data, per_device_train_batch_size "
+                f"processes, or edited; {FIX}, with the data, per_device_train_batch_size "
                 "and number of processes of the run that wrote it")
 
     def __repr__(self) -> str:
         return (f"ExactResume(epoch={self.epoch}, batches={self.batches}, "
                 f"start_step={self.start_step})")
-
-
-def _saved(state: Any, accumulation: int,
-           batched: bool) -> tuple[int, int, int, Mapping[str, Any] | None]:
-    """The checkpoint's epoch, batches and start step, checked against its global step,
-    and (``batched``: for an ``EchoBatches``) the loader's state, checked to be a dict.
-
-    The Trainer trains ``accumulation`` batches an optimizer step, so the steps since the
-    epoch began say how many of its batches were trained: exactly that many times the
-    steps, or up to ``accumulation - 1`` fewer where the Trainer carries a partial
-    accumulation from the previous epoch into the first step of this one (older
-    transformers count accumulation across epochs).
-    """
-    step = state.global_step
-    callbacks = getattr(state, "stateful_callbacks", None) or {}
-    saved = callbacks.get(_NAME)
-    if isinstance(saved, list):  # several of these callbacks: the first one's
-        saved = saved[0] if saved else None
-    if saved is None:
-        raise ValueError(
-            f"{_NAME} finds no state of its own in the checkpoint (trainer_state.json, at "
-            f"global step {step}, holds states of {', '.join(map(repr, callbacks)) or 'no'} "
-            f"callbacks): the run that wrote it trained without {_NAME}, so which epoch of "
-            "the data set it reached, and how far into it, is unknown. Resume it without "
-            f"{_NAME} (the Trainer's own skip, exact in the first epoch only), or start a "
-            f"new run with callbacks=[{_NAME}()]")
-    attributes = saved.get("attributes") if isinstance(saved, Mapping) else None
-    if not isinstance(attributes, Mapping):
-        raise TypeError(
-            f"trainer_state.json holds {reprlib.repr(saved)} of type {type(saved).__name__} "
-            f"as {_NAME}'s state, but it must be a dict with the dict 'attributes' that "
-            f"{_NAME}.state() writes: the checkpoint is damaged; {_FIX}")
-    for key in _KEYS + (("loader",) if batched else ()):
-        if key not in attributes:
-            raise ValueError(
-                f"state of {_NAME} lacks the key {key!r} that {_NAME}.state() writes (it "
-                f"has {', '.join(map(repr, attributes)) or 'none'}): the checkpoint is "
-                f"damaged or was written by another version of dataecho; {_FIX}")
-    epoch = state_int(attributes, "epoch", _NAME, rule="an epoch of the data set", fix=_FIX)
-    start = state_int(attributes, "start_step", _NAME, maximum=step, fix=_FIX,
-                      rule=f"the global step the epoch began at, at most the checkpoint's "
-                           f"global_step {step}")
-    batches = state_int(attributes, "batches", _NAME, fix=_FIX,
-                        rule="the batches of the epoch trained")
-    if epoch == 0 and start:
-        raise ValueError(
-            f"state of {_NAME} has epoch=0 and start_step={start}, but the first epoch "
-            f"begins at global step 0: the checkpoint is damaged or edited; {_FIX}")
-    steps = step - start
-    low, high = max(0, accumulation * steps - accumulation + 1), accumulation * steps
-    if not low <= batches <= high:
-        count = f"{low} to {high}" if low < high else f"{high}"
-        raise ValueError(
-            f"state of {_NAME} has batches={batches} (of epoch {epoch}, begun at global "
-            f"step {start}), but the checkpoint's global_step {step} means {steps} "
-            f"optimizer steps in that epoch, {count} batches with "
-            f"gradient_accumulation_steps={accumulation}: the checkpoint is damaged or "
-            "edited, or was taken with another gradient_accumulation_steps; resume with "
-            f"the gradient_accumulation_steps it was taken with, or {_FIX}")
-    loader = attributes.get("loader") if batched else None
-    if batched and not isinstance(loader, Mapping):
-        raise TypeError(
-            f"state of {_NAME} has loader={reprlib.repr(loader)} of type "
-            f"{type(loader).__name__}, but it must be a dict (the EchoBatches' state_dict()): "
-            f"the checkpoint is damaged; {_FIX}")
-    return epoch, batches, start, loader
-
-
-def _resume_batches(loader: EchoBatches, saved: ExactResume, loader_state: Mapping[str, Any],
-                    step: int, accumulation: int) -> None:
-    """Loads an ``EchoBatches``' state, after checking the Trainer resumes its epoch.
-
-    The Trainer resumes at epoch ``step // steps_per_epoch`` (an epoch's optimizer
-    steps, from ``len()``) and tells the loader so: the checkpoint must name that
-    epoch. A state taken after an epoch's last batch names that epoch, read to its end;
-    the Trainer's ``set_epoch`` for the next one then leaves it.
-    """
-    size = len(loader)
-    per_epoch = -(-size // accumulation)
-    epoch, batches = saved.epoch, saved.batches
-    if step // per_epoch != epoch:
-        raise ValueError(
-            f"state of {_NAME} has epoch={epoch}, but the Trainer resumes global step "
-            f"{step} in epoch {step // per_epoch} ({per_epoch} optimizer steps an epoch: "
-            f"len() of the EchoBatches is {size} batches, gradient_accumulation_steps="
-            f"{accumulation}): the checkpoint was taken with another data set, batch size, "
-            f"factor or number of processes; {_FIX}, with the data, "
-            "per_device_train_batch_size, factor and number of processes of the run that "
-            "wrote it")
-    loader.load_state_dict(loader_state)  # checked by the loader itself
-    if not (loader.epoch == epoch or (batches == 0 and loader.epoch == epoch - 1)):
-        raise ValueError(
-            f"state of {_NAME} has epoch={epoch} and batches={batches}, but its "
-            f"EchoBatches state (loader) is of epoch {loader.epoch}: the two were not "
-            f"taken together; the checkpoint is damaged or edited; {_FIX}")
 
 
 class _Shifted:
@@ -316,36 +222,3 @@ class _Shifted:
             self.start = epoch
         self.set_epoch(self.first + epoch - self.start)
         self.loader.iteration = epoch
-
-
-def _check_loader(loader: Any) -> None:
-    """The Trainer's train loader: prepared by accelerate, over a fixed-factor EchoDataset."""
-    dataset = getattr(loader, "dataset", None)
-    echo = dataset if isinstance(dataset, EchoDataset) else getattr(dataset, "dataset", None)
-    if not isinstance(echo, EchoDataset) or not hasattr(loader, "skip_batches"):
-        over = ("without a dataset" if dataset is None
-                else f"over a {type(dataset).__name__}")
-        raise TypeError(
-            f"ExactResume resumes the Trainer's train loader when it is an EchoBatches or "
-            f"a loader that accelerate prepared over an EchoDataset; got a "
-            f"{type(loader).__name__} {over}; pass the EchoDataset as the Trainer's "
-            "train_dataset, or return EchoBatches(super().get_train_dataloader(), "
-            "factor=...) from get_train_dataloader")
-    if isinstance(echo.recipe.factor, Auto):
-        raise ValueError(
-            f"ExactResume resumes by reading the epoch again up to the checkpoint, which "
-            f"gives the same examples only for a fixed factor; {echo.recipe.factor!r} echoes by "
-            "timing; pass a fixed factor")
-
-
-def _check_batches(loader: EchoBatches) -> None:
-    """An EchoBatches the Trainer can resume: a whole-number factor, so a fixed len()."""
-    factor = loader.factor
-    if isinstance(factor, Auto) or not float(factor).is_integer():
-        why = ("echoes by timing, so an epoch read again is not the same"
-               if isinstance(factor, Auto) else
-               "draws its extra copies per batch, so len() changes from epoch to epoch, "
-               "but the Trainer reads len() once and counts every epoch that long")
-        raise ValueError(
-            f"ExactResume resumes an EchoBatches with a whole-number factor; "
-            f"factor={factor!r} {why}; pass a whole number (2, 3, ...)")

@@ -10,12 +10,15 @@ workers + w`` of ``processes * workers``, as under DDP) and hands its examples o
 its own slots, with :data:`PLACEHOLDER` in the others' slots, which the shard drops
 before collation: the processes read the data once between them.
 
-Every process must yield the same number of batches, so each worker of each process
-computes, from the sizes of every process's part (a map-style data set with a fixed
-factor: no reading needed), how many runs the epoch has (:meth:`Slots.runs`): the
-longest part rounded up (``drop_last=False``; a shorter part is completed with its
-epoch's first examples again, as accelerate completes a last batch), or the shortest
-rounded down (``drop_last=True``; the rest of a longer part is not read).
+Every process must take the same steps. Where the sizes of every process's part are
+known without reading (a map-style data set with a fixed factor), each worker of each
+process computes how many runs the epoch has (:meth:`Slots.runs`): the longest part
+rounded up (``drop_last=False``; a shorter part is completed with its epoch's first
+examples again, as accelerate completes a last batch), or the shortest rounded down
+(``drop_last=True``; the rest of a longer part is not read). Where they are known only
+once read (a stream, an adaptive factor), each process's part fills its own runs, and
+the training loop ends every process's epoch at the same step
+(:class:`dataecho.torch.distributed.EqualSteps`), as under plain DDP.
 """
 
 from __future__ import annotations
@@ -119,3 +122,40 @@ class Slots:
             yield item
             if (position + 1) % self.batch == 0:
                 yield from itertools.repeat(PLACEHOLDER, after)
+
+    def fill(self, own: Iterator[Any], done: int) -> Iterator[Any]:
+        """:meth:`place` for a part whose size is known once read: runs while it lasts.
+
+        A stream or an adaptive factor: each process's part fills as many runs as it
+        has items, so processes may differ by some runs (end their epochs together with
+        :class:`dataecho.torch.distributed.EqualSteps`). A last run that ``own`` ends
+        inside is completed with that run's own items again (``drop_last=False``), or
+        left incomplete for the shard to drop (``drop_last=True``).
+
+        Example:
+            >>> slots = Slots(process=0, processes=2, batch=2, drop_last=False)
+            >>> ["-" if item is PLACEHOLDER else item for item in slots.fill(iter("abc"), 0)]
+            ['a', 'b', '-', '-', 'c', 'c', '-', '-']
+        """
+        before = self.process * self.batch
+        after = (self.processes - self.process - 1) * self.batch
+        position = done
+        run: list[Any] = []  # this run's own items, to complete it with
+        while True:
+            item = next(own, PLACEHOLDER)
+            if item is PLACEHOLDER:
+                break
+            if position % self.batch == 0:
+                yield from itertools.repeat(PLACEHOLDER, before)
+                run = []
+            run.append(item)
+            yield item
+            position += 1
+            if position % self.batch == 0:
+                yield from itertools.repeat(PLACEHOLDER, after)
+        if position % self.batch == 0 or self.drop_last or not run:
+            # Whole runs only; an incomplete one the shard drops; or a resume at the
+            # part's end, inside a run whose items were handed over before it.
+            return
+        yield from itertools.islice(itertools.cycle(run), self.batch - position % self.batch)
+        yield from itertools.repeat(PLACEHOLDER, after)

@@ -114,8 +114,6 @@ class Part:
     Args:
         rank: the DDP rank, with ``world_size``; both None: from ``torch.distributed``.
         world_size: the number of DDP ranks, with ``rank``.
-        placeable: whether the data set can read one process's part into accelerate's
-            slots (the sizes of every part are known without reading).
 
     Example:
         >>> part = Part(1, 2)
@@ -123,10 +121,8 @@ class Part:
         ((1, 2), (1, 2))
     """
 
-    def __init__(self, rank: int | None, world_size: int | None, *,
-                 placeable: bool = False) -> None:
+    def __init__(self, rank: int | None, world_size: int | None) -> None:
         self.rank, self.world_size = check_rank(rank, world_size)
-        self.placeable = placeable
         #: What the live iteration reads as: (rank, world_size), or None for nothing.
         self.read_as: tuple[int | None, int | None] | None = (self.rank, self.world_size)
         #: The slots its process keeps of a sliced stream, or None: it hands over all.
@@ -146,8 +142,7 @@ class Part:
             self.read_as, self.final = None, True
             return None
         self.read_as, final, self.slots = accelerated.reads_as(
-            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen,
-            self.placeable)
+            dataset, self.rank, self.world_size, resolve_rank(None, None)[0], self.seen)
         if self.pinned is not None and self.slots is None:  # a spawned worker: no record
             self.slots = self.pinned
         self.final = final or get_worker_info() is not None  # workers start split

@@ -80,24 +80,20 @@ class Recipe:
                          epoch=epoch, shard_index=shard, timing=times.timing())
         return Tally(stage, (shard, shards))
 
-    @property
-    def placeable(self) -> bool:
-        """Whether every reader's part of an epoch has a size known without reading.
-
-        A map-style data set with a fixed factor: what accelerate's sliced mode needs
-        to have each process read its own part only (:mod:`dataecho.torch.placed`).
-        """
-        return isinstance(self.read, Indexed) and not isinstance(self.factor, Auto)
-
     def place(self, part: Part, times: SharedTimes, epoch: int, tally: Tally) -> Iterable[Any]:
         """What this reader hands over of ``tally``, its part of ``epoch``.
 
         ``tally`` itself, or under accelerate's sliced mode its items in this process's
-        slots and placeholders in the others' (:meth:`dataecho.torch.placed.Slots.place`).
+        slots and placeholders in the others' (:meth:`dataecho.torch.placed.Slots.place`):
+        as many runs as the longest (or, with ``drop_last``, the shortest) part where
+        every part's size is known without reading (a map-style data set with a fixed
+        factor), else as many as this part fills.
         """
         slots = part.slots
         if slots is None:
             return tally
+        if not isinstance(self.read, Indexed) or isinstance(self.factor, Auto):
+            return slots.fill(tally, tally.yields)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         shards = slots.processes * workers
