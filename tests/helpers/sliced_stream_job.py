@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
-from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from trainer_job import Recorder, StopAt  # this folder's, the Trainer job's
+from transformers import Trainer, TrainingArguments
 
 from dataecho import Auto
 from dataecho.torch import EchoDataset, Streamed
@@ -100,29 +100,9 @@ def accelerate_loop(data, factor, workers) -> dict:
             "emitted": total.emitted_examples}
 
 
-class Recorder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.Linear(3, 1)
-        self.seen = []
-
-    def forward(self, ids, x):
-        self.seen.extend(ids.tolist())
-        return {"loss": self.layer(x).pow(2).mean()}
-
-
 class EqualTrainer(Trainer):
     def get_train_dataloader(self):
         return EqualSteps(super().get_train_dataloader())
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
 
 
 def trainer(out: pathlib.Path, stop: int | None = None, resume: str | None = None) -> dict:
