@@ -201,3 +201,33 @@ def test_two_sliced_processes_read_a_stream_once_between_them(monkeypatch, facto
             else:
                 assert len(kept) == stats.emitted_examples // batch * batch
     assert reads == {i: 1 for i in range(size)}  # the processes read it once between them
+
+
+def test_a_wrapper_that_hides_the_dataset_from_a_sliced_loader_is_named_once(monkeypatch):
+    # Inside the user's wrapper every process reads the whole epoch (no placeholders
+    # can pass): said once, naming the wrapper and the fix; the data set itself is not.
+    ds = EchoDataset(list(range(8)), factor=2)
+
+    class Mine:
+        pass
+
+    class Shard:
+        def __init__(self, dataset, processes):
+            self.dataset, self.num_processes, self.process_index = dataset, processes, 0
+            self.batch_size, self.split_batches, self.drop_last = 2, False, False
+
+    def reads(shard):
+        monkeypatch.setattr(accelerated, "_reading", lambda dataset: ("sliced", shard))
+        seen = accelerated.SeenSplit()
+        return [accelerated.reads_as(ds, None, None, 0, seen) for _ in range(2)]
+
+    with pytest.warns(UserWarning, match=r"inside a Mine, .* each of the 2 processes reads "
+                                         r"the whole epoch .* hand accelerate the EchoDataset"
+                      ) as caught:
+        assert [r.read_as for r in reads(Shard(Mine(), 2))] == [(0, 1)] * 2
+    assert len(caught) == 1
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reads(Shard(ds, 2))[0].slots == Slots(0, 2, 2, False)  # held: placed
+        reads(Shard(Mine(), 1))  # one process: nothing is read twice

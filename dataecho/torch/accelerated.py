@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import warnings
 from typing import Any, Literal, NamedTuple
 
 from .placed import Slots
@@ -49,7 +50,7 @@ def split_of(dataset: object) -> Split | None:
 
 
 def _reading(dataset: object) -> tuple[Split | None, Any]:
-    """:func:`split_of`, and the ``IterableDatasetShard`` when it holds ``dataset`` itself."""
+    """:func:`split_of`, and the ``IterableDatasetShard`` of a sliced loader."""
     state = sys.modules.get("accelerate.state")
     if state is None or not state.is_initialized():
         return None, None
@@ -61,7 +62,7 @@ def _reading(dataset: object) -> tuple[Split | None, Any]:
             return "dispatched", None
         if type(read).__name__ != "IterableDatasetShard":
             return None, None
-        return "sliced", read if getattr(read, "dataset", None) is dataset else None
+        return "sliced", read
     return None, None
 
 
@@ -143,13 +144,30 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
             f"accelerate prepared, which splits the data itself ({how}), so each rank "
             "would train on a part of its own part; drop rank and world_size "
             "(EchoDataset then reads what accelerate has it read)")
-    slots = Slots.of(shard) if shard is not None else None
+    held = shard is not None and getattr(shard, "dataset", None) is dataset
+    slots = Slots.of(shard) if held else None
+    if shard is not None and not held and seen.get() is None:
+        _warn_wrapped(shard)
     seen.record("placed" if slots is not None else split)
     if slots is not None:
         return Reading((slots.process, slots.processes), True, slots)
     if split == "dispatched" and (process or 0) != 0:
         return Reading(None, True)
     return Reading((0, 1), True)
+
+
+def _warn_wrapped(shard: Any) -> None:
+    """Warns that a wrapper of the user's makes every process read the whole epoch."""
+    processes = int(getattr(shard, "num_processes", 1))
+    if processes < 2:
+        return
+    wrapper = type(getattr(shard, "dataset", None)).__name__
+    warnings.warn(
+        f"EchoDataset is read by accelerate's sliced loader inside a {wrapper}, which may "
+        f"not pass placeholders through, so each of the {processes} processes reads the "
+        f"whole epoch and keeps its slice ({processes} times the reading); hand "
+        "accelerate the EchoDataset itself, with the wrapper's work inside it (as its "
+        "data, EchoDataset(YourWrapper(data)), or its augment)", stacklevel=3)
 
 
 # How deep a wrapper may hold the data set: IterableDatasetShard, the user's own
