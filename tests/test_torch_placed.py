@@ -231,3 +231,25 @@ def test_a_wrapper_that_hides_the_dataset_from_a_sliced_loader_is_named_once(mon
         warnings.simplefilter("error")
         assert reads(Shard(ds, 2))[0].slots == Slots(0, 2, 2, False)  # held: placed
         reads(Shard(Mine(), 1))  # one process: nothing is read twice
+
+
+def test_the_dispatched_default_is_named_once_on_process_zero_with_the_setting(monkeypatch):
+    # accelerate's default for an IterableDataset: process 0's workers read for all.
+    import warnings
+
+    import torch.distributed as dist
+
+    ds = EchoDataset(list(range(8)), factor=2)
+    monkeypatch.setattr(accelerated, "_reading", lambda dataset: ("dispatched", None))
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    seen = accelerated.SeenSplit()
+    with pytest.warns(UserWarning, match=r"process 0's DataLoader workers read the data for "
+                                         r"all 4 processes, 1/4 .*dispatch_batches=False"
+                      ) as caught:
+        for _ in range(3):
+            assert accelerated.reads_as(ds, None, None, 0, seen).read_as == (0, 1)
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the other processes read nothing: no word
+        assert accelerated.reads_as(ds, None, None, 1, accelerated.SeenSplit()).read_as is None

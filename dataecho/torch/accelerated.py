@@ -26,6 +26,8 @@ import sys
 import warnings
 from typing import Any, Literal, NamedTuple
 
+import torch.distributed as dist
+
 from .placed import Slots
 
 #: How accelerate has the data set read: "placed" is sliced, each process its own part.
@@ -146,14 +148,32 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
             "(EchoDataset then reads what accelerate has it read)")
     held = shard is not None and getattr(shard, "dataset", None) is dataset
     slots = Slots.of(shard) if held else None
-    if shard is not None and not held and seen.get() is None:
-        _warn_wrapped(shard)
+    if seen.get() is None:  # the first copy to see the split: say what it costs, once
+        if split == "dispatched" and (process or 0) == 0:
+            _warn_dispatched()
+        elif shard is not None and not held:
+            _warn_wrapped(shard)
     seen.record("placed" if slots is not None else split)
     if slots is not None:
         return Reading((slots.process, slots.processes), True, slots)
     if split == "dispatched" and (process or 0) != 0:
         return Reading(None, True)
     return Reading((0, 1), True)
+
+
+def _warn_dispatched() -> None:
+    """Warns that process 0's DataLoader workers read for every process."""
+    processes = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if processes < 2:
+        return
+    warnings.warn(
+        f"EchoDataset is read by accelerate's dispatched loader (its default for an "
+        f"IterableDataset): process 0's DataLoader workers read the data for all "
+        f"{processes} processes, 1/{processes} of the job's reading capacity, which an "
+        "input-bound job pays in wall-clock time; pass DataLoaderConfiguration("
+        "dispatch_batches=False) to the Accelerator (the Trainer: TrainingArguments(..., "
+        "accelerator_config={'dispatch_batches': False})), and every process reads its "
+        "own part", stacklevel=3)
 
 
 def _warn_wrapped(shard: Any) -> None:
