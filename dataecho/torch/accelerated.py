@@ -113,12 +113,13 @@ def reads_as(dataset: object, rank: int | None, world_size: int | None, process:
     Under a loader that accelerate prepared: dispatched, the whole epoch (rank 0 of 1)
     on process 0 alone (the other processes' iterations, which accelerate starts but
     never reads, read nothing); sliced, with the shard holding ``dataset`` itself,
-    process ``p``'s part (rank ``p`` of ``num_processes``) in the slots the shard
-    keeps; sliced inside a wrapper of the user's, the whole epoch on every process. Elsewhere
+    process ``p``'s part (rank ``p`` of ``num_processes``) in the slots the shard keeps;
+    sliced inside a wrapper of the user's, the whole epoch on every process. Elsewhere
     ``(rank, world_size)`` as given. The split seen is recorded in ``seen``, for every
-    copy of the data set. Not final while accelerate is set up but has recorded no
-    loader of ``dataset``: its prepare takes a stateful loader's state, which begins an
-    iteration, before it records the loader.
+    copy of the data set; the first copy to see a split that costs reading warns once
+    (dispatched: on process 0; sliced inside a wrapper). Not final while accelerate is
+    set up but has recorded no loader of ``dataset``: its prepare takes a stateful
+    loader's state, which begins an iteration, before it records the loader.
 
     Args:
         dataset: the data set a loader may be reading.

@@ -129,7 +129,7 @@ class ExactResume(TrainerCallback, ExportableState):
                 "which trains an epoch after the first again; pass ignore_data_skip=True "
                 "and ExactResume resumes the epoch the checkpoint was taken in")
         loader: Any = kwargs.get("train_dataloader")
-        # EqualSteps (streams and Auto, sliced) says where the epoch ends on every rank;
+        # EqualSteps (a stream read sliced) says where the epoch ends on every rank;
         # the loader it wraps reads the epoch, past the skip.
         prepared: Any = loader.loader if isinstance(loader, EqualSteps) else loader
         batched = isinstance(loader, EchoBatches)
