@@ -253,3 +253,45 @@ def test_the_dispatched_default_is_named_once_on_process_zero_with_the_setting(m
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the other processes read nothing: no word
         assert accelerated.reads_as(ds, None, None, 1, accelerated.SeenSplit()).read_as is None
+
+
+def test_a_sliced_stream_without_equal_steps_is_warned_of_once_and_not_inside_them(
+        monkeypatch, tmp_path):
+    # Parts whose length is known only once read may end at different steps: without
+    # EqualSteps a DDP step only some processes take would hang.
+    import warnings
+
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    from dataecho.torch import Streamed
+    from dataecho.torch.distributed import EqualSteps
+
+    slots = Slots(0, 2, 2, drop_last=False)
+    monkeypatch.setattr(accelerated, "reads_as", lambda *a: accelerated.Reading(
+        (0, 2), True, slots))
+
+    def shard(ds):
+        return IterableDatasetShard(ds, batch_size=2, num_processes=2, process_index=0)
+
+    class Evens(__import__("torch").utils.data.IterableDataset):  # process 0's part
+        def __iter__(self):
+            return iter(range(0, 6, 2))
+
+    ds = EchoDataset(Evens(), factor=2, read=Streamed(split="stream"))
+    with pytest.warns(UserWarning, match=r"reads a stream \(Evens\) under accelerate's sliced "
+                                         r"mode: each of the 2 processes .* hangs; wrap the "
+                                         r"prepared loader in .*EqualSteps") as caught:
+        first, again = list(shard(ds)), list(shard(ds))
+    assert len(caught) == 1 and sorted(first) == [0, 0, 2, 2, 4, 4] == sorted(again)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0,
+                            world_size=1)
+    try:
+        ds = EchoDataset(Evens(), factor=2, read=Streamed(split="stream"))
+        EqualSteps(DataLoader(shard(ds), batch_size=2))  # accelerate's shard holds it
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert sorted(shard(ds)) == [0, 0, 2, 2, 4, 4]
+    finally:
+        dist.destroy_process_group()

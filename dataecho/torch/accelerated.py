@@ -82,9 +82,26 @@ class SeenSplit:
     """
 
     _CODES: tuple[Split | None, ...] = (None, "dispatched", "sliced", "placed")
+    _NOTES = ("unequal",)  # what a copy may have said, once for all
 
     def __init__(self) -> None:
-        self._code = multiprocessing.get_context("spawn").RawValue("b", 0)
+        context = multiprocessing.get_context("spawn")
+        self._code = context.RawValue("b", 0)
+        self._said = context.RawValue("b", 0)  # one bit per note of _NOTES said
+
+    def first(self, note: str) -> bool:
+        """Whether this copy is the first to say ``note`` (then it is recorded as said).
+
+        Example:
+            >>> seen = SeenSplit()
+            >>> seen.first("unequal"), seen.first("unequal")
+            (True, False)
+        """
+        bit = 1 << self._NOTES.index(note)
+        if self._said.value & bit:
+            return False
+        self._said.value |= bit
+        return True
 
     def record(self, split: Split) -> None:
         """Records ``split`` for every copy of the data set."""

@@ -149,6 +149,7 @@ class EqualSteps:
         self.loader = check_reiterable(loader, "loader", "iterated once per epoch",
                                        "later epochs would be empty")
         self._agree = RankAgreement(group, device)
+        _tell_agreed(loader)
         #: Batches this rank read and did not yield, over all epochs.
         self.dropped = 0
         #: Whether the batch just yielded is the epoch's last on every rank.
@@ -184,6 +185,16 @@ class EqualSteps:
 
 
 _END = object()
+
+
+def _tell_agreed(loader: Any) -> None:
+    """Tells an ``EchoDataset`` the loader reads (or accelerate's shard of it holds) that
+    its processes' epochs end together, so it need not warn that they may not."""
+    dataset = getattr(loader, "dataset", None)
+    for held in (dataset, getattr(dataset, "dataset", None)):
+        part = getattr(held, "part", None)
+        if isinstance(part, Part):
+            part.agreed = True
 
 
 def stats_over_ranks(dataset: Any, group: Any = None) -> EchoStats:

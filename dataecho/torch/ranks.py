@@ -131,6 +131,9 @@ class Part:
         self.idle = False  # a spawned worker of a process that reads nothing
         self.final = True  # the decision cannot change (see decide)
         self.seen = accelerated.SeenSplit()  # how a trainer splits it, as any copy saw
+        #: Whether the loader reading it is in an ``EqualSteps``, which ends every
+        #: process's epoch at the same step (set by ``EqualSteps``).
+        self.agreed = False
 
     def decide(self, dataset: object) -> tuple[int | None, int | None] | None:
         """Decides (and returns) what ``dataset`` reads now: see :attr:`read_as`.

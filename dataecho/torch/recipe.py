@@ -8,6 +8,7 @@ epoch's counted pipeline for the part of the data a reader reads
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,8 @@ class Recipe:
         if slots is None:
             return tally
         if not isinstance(self.read, Indexed) or isinstance(self.factor, Auto):
+            if not part.agreed and part.seen.first("unequal"):
+                _warn_unequal(self, slots.processes)
             return slots.fill(tally, tally.yields)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -131,6 +134,19 @@ class Recipe:
                 "Streamed(split='dataecho') to have every reader read it all and keep its "
                 "share")
         return Shard(source, shard, shards) if shards > 1 and split == "dataecho" else source
+
+
+def _warn_unequal(recipe: Recipe, processes: int) -> None:
+    """Warns that sliced processes' parts may end at different steps, without EqualSteps."""
+    what = (f"factor={recipe.factor!r}" if isinstance(recipe.factor, Auto)
+            else f"a stream ({type(recipe.dataset).__name__})")
+    warnings.warn(
+        f"EchoDataset reads {what} under accelerate's sliced mode: each of the "
+        f"{processes} processes reads its own part, whose length is known only once read, "
+        "so their epochs may end at different steps, and a DDP step only some processes "
+        "take hangs; wrap the prepared loader in dataecho.torch.distributed.EqualSteps("
+        "loader) (the Trainer: return it from get_train_dataloader), which ends every "
+        "process's epoch at the same step", stacklevel=2)
 
 
 def _window(factor: float | Auto, buffer_size: object) -> int | None:
