@@ -45,7 +45,6 @@ T = TypeVar("T")
 NAME = "EchoIterDataset"
 
 
-
 def _release_at_exit() -> None:
     """Frees the shared memory of the batches Grain's iterators still hold at exit.
 

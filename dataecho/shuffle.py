@@ -119,12 +119,11 @@ class Shuffle(Stage[T]):
     def _read_up_to(self, items: list[Any], size: int) -> None:
         """Reads into the next window, ``items``, until it holds ``size`` items or the
         upstream ends."""
-        before = len(items)
         if self._probe is None:
             read_into(items, self.upstream, size)
         else:
             self._read_asking(items, self._probe, size)
-        self._ended = len(items) - before < size - before
+        self._ended = len(items) < size
 
     def _fill(self) -> None:
         """Makes the next window the one going out, reading what is left of it first."""
@@ -143,7 +142,7 @@ class Shuffle(Stage[T]):
         self._due_after(self._begin())  # the upstream stands at the next window's start
 
     def _read_asking(self, items: list[Any], probe: Callable[[], tuple[int, bool]],
-                     size: int) -> list[Any]:
+                     size: int) -> None:
         # read_into's loop, asking the upstream about each item as it comes.
         read, upstream = self._read, self.upstream
         while len(items) < size:
@@ -153,7 +152,6 @@ class Shuffle(Stage[T]):
                 break
             items.append(item)
             read.append(probe())
-        return items
 
     def copies_of(self) -> Callable[[], tuple[int, bool]] | None:
         """Which example an item is a copy of, and whether it is the first to leave.

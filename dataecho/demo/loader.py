@@ -18,7 +18,6 @@ shards between the DataLoader workers. What differs is where the echo stands:
 from __future__ import annotations
 
 import math
-import multiprocessing
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,9 +33,7 @@ from ..torch import DeviceEcho, EchoBatches, EchoDataset
 from .augment import BatchCropFlip, PaddedDecode, crop_flip
 from .config import ARMS
 from .remote import read_shards
-
-# Windows has no fork server; its spawned workers are what it has.
-_START = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+from .remote.process import START_METHOD
 
 Factor = float | str  # a fixed echo factor >= 1, or "auto" (adaptive echoing)
 
@@ -154,7 +151,7 @@ def make_loader(url: str, *, factor: Factor = 1.0, variant: str = "before_augmen
     loader: DataLoader[Any] = DataLoader(
         dataset, batch_size=batch_size, drop_last=True, num_workers=num_workers,
         prefetch_factor=ahead, persistent_workers=num_workers > 0,
-        multiprocessing_context=_START if num_workers else None)
+        multiprocessing_context=START_METHOD if num_workers else None)
     text = (f"DataLoader({_with_stream(dataset, stream)}, batch_size={batch_size}, "
             f"drop_last=True, num_workers={num_workers})")
     echo: EchoBatches | DeviceEcho

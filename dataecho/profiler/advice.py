@@ -34,7 +34,7 @@ def fixed_factor(ratio: float, max_factor: int = DEFAULT_MAX_FACTOR) -> float:
         (2.5, 4.0, 1.0, 1.13)
     """
     max_factor = check_positive_int(max_factor, "max_factor")
-    return min(float(max_factor), on_step(min(ratio, max_factor)))
+    return on_step(min(ratio, max_factor))
 
 
 def advised_factor(ratio: float, spread: tuple[float, float] | None = None,

@@ -82,26 +82,23 @@ class SeenSplit:
     """
 
     _CODES: tuple[Split | None, ...] = (None, "dispatched", "sliced", "placed")
-    _NOTES = ("unequal",)  # what a copy may have said, once for all
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self._code = context.RawValue("b", 0)
-        self._said = context.RawValue("b", 0)  # one bit per note of _NOTES said
+        self._warned = context.RawValue("b", 0)  # a copy warned that parts may differ
 
-    def first(self, note: str) -> bool:
-        """Whether this copy is the first to say ``note`` (then it is recorded as said).
+    def first_to_warn(self) -> bool:
+        """Whether this copy is the first to warn that the processes' parts may end at
+        different steps (then the warning is recorded as given, for every copy).
 
         Example:
             >>> seen = SeenSplit()
-            >>> seen.first("unequal"), seen.first("unequal")
+            >>> seen.first_to_warn(), seen.first_to_warn()
             (True, False)
         """
-        bit = 1 << self._NOTES.index(note)
-        if self._said.value & bit:
-            return False
-        self._said.value |= bit
-        return True
+        first, self._warned.value = not self._warned.value, 1
+        return first
 
     def record(self, split: Split) -> None:
         """Records ``split`` for every copy of the data set."""

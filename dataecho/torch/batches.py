@@ -42,6 +42,7 @@ def tell_epoch(loader: Any, epoch: int) -> None:
             target.set_epoch(epoch)  # type: ignore[union-attr]
             return
 
+
 class EchoBatches:
     """Yields every batch of ``loader`` ``factor`` times, epoch after epoch.
 

@@ -94,7 +94,7 @@ class Recipe:
         if slots is None:
             return tally
         if not isinstance(self.read, Indexed) or isinstance(self.factor, Auto):
-            if not part.agreed and part.seen.first("unequal"):
+            if not part.agreed and part.seen.first_to_warn():
                 _warn_unequal(self, slots.processes)
             return slots.fill(tally, tally.yields)
         info = get_worker_info()

@@ -18,9 +18,11 @@ from typing import Any
 
 from .server import ShardServer
 
-# The child starts clean (no copy of the trainer's memory or threads); the fork server
-# where there is one, as the demo's DataLoader workers do.
-_START = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+#: How the demo starts its child processes (this server, its DataLoader workers): from
+#: the fork server, clean (no copy of the trainer's memory or threads), where there is
+#: one; Windows has none, and spawns.
+START_METHOD = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                else "spawn")
 
 
 def _serve(conn: Connection, directory: str, bandwidth: float | None, latency: float) -> None:
@@ -71,7 +73,7 @@ class ServerProcess:
 
     def __init__(self, directory: str | os.PathLike[str], *, bandwidth: float | None = None,
                  latency: float = 0.0) -> None:
-        context: Any = multiprocessing.get_context(_START)
+        context: Any = multiprocessing.get_context(START_METHOD)
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, name="ShardServer", daemon=True,
                                         args=(child, os.fspath(directory), bandwidth, latency))
